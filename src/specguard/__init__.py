@@ -1,0 +1,3 @@
+"""specguard: production-readiness gates for speculative decoding on vLLM."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Pure functions: per-request metric definitions, percentiles, run summaries."""

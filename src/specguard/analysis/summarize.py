@@ -1,0 +1,163 @@
+"""A run's summary from its records and scrapes. Pure: the caller reads and writes the files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from specguard.analysis.request_metrics import DEFINITIONS, inter_chunk_gaps, per_token_itl, tpot
+from specguard.analysis.stats import percentiles
+from specguard.results.models import GaugeSeries, MetricsSample, RequestRecord, Summary
+from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
+
+
+class ClientLagLimits(BaseModel):
+    """Above these the client, not the server, may be shaping the results."""
+
+    send_lag_p99_ms: float = 10.0
+    event_loop_lag_p99_ms: float = 10.0
+
+
+def _window(records: Sequence[RequestRecord]) -> float:
+    if not records:
+        return 0.0
+    start = min(r.sent_s for r in records)
+    end = max(r.sent_s + (r.stream_end_s or r.e2e_s or 0.0) for r in records)
+    return max(end - start, 1e-9)
+
+
+def _gauge(samples: Sequence[MetricsSample], name: str) -> GaugeSeries | None:
+    vals = [s.gauges[name] for s in samples if s.ok and name in s.gauges]
+    if not vals:
+        return None
+    return GaugeSeries(samples=len(vals), mean=sum(vals) / len(vals), max=max(vals))
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    samples: Sequence[MetricsSample],
+    *,
+    interrupted: bool = False,
+    loop_lags_s: Sequence[float] = (),
+    limits: ClientLagLimits | None = None,
+) -> Summary:
+    limits = limits or ClientLagLimits()
+    ok = [r for r in records if r.ok]
+    errors = len(records) - len(ok)
+    itl: list[float] = []
+    gaps: list[float] = []
+    tokens_per_chunk: list[int] = []
+    tpots: list[float] = []
+    for r in ok:
+        itl.extend(per_token_itl(r.chunk_times_s, r.chunk_tokens))
+        gaps.extend(inter_chunk_gaps(r.chunk_times_s))
+        tokens_per_chunk.extend(r.chunk_tokens)
+        v = tpot(r.ttft_s, r.e2e_s, r.output_tokens)
+        if v is not None:
+            tpots.append(v)
+    duration = _window(records)
+    out_tokens = sum(r.output_tokens or 0 for r in ok)
+    notes: list[str] = []
+    warnings: list[str] = []
+
+    good = [s for s in samples if s.ok]
+    before = next((s for s in good if s.phase == "before"), good[0] if good else None)
+    after = next((s for s in reversed(good) if s.phase == "after"), good[-1] if good else None)
+    acc = acceptance(before, after) if before is not None and after is not None and before is not after else None
+    if not good:
+        notes.append("no /metrics scrape succeeded: no server-side figures (acceptance, KV usage, queue)")
+    elif not has_spec_decode(after):  # type: ignore[arg-type]
+        notes.append("the server exposes no spec-decode counters: speculative decoding is off on this server")
+    elif acc is not None and acc.drafts == 0:
+        notes.append("spec-decode counters present but no drafts were made in this run window")
+    if acc is not None and acc.rate is not None and acc.rate < 0.5:
+        warnings.append(f"acceptance rate {acc.rate:.2f} is below 0.5: speculation is likely net-negative here")
+
+    gen_tokens = counter_delta(before, after, "generation_tokens") if before and after and before is not after else None
+    preempt = counter_delta(before, after, "preemptions") if before and after and before is not after else None
+    finished: dict[str, float] = {}
+    if before is not None and after is not None and before is not after:
+        for reason, v in after.finished_by_reason.items():
+            finished[reason] = v - before.finished_by_reason.get(reason, 0.0)
+        _foreign_traffic(records, finished, gen_tokens, warnings)
+
+    gaps_count = sum(1 for s in samples if not s.ok)
+    if gaps_count:
+        warnings.append(f"{gaps_count} /metrics scrape(s) failed or were unparsable: gaps in the server series")
+    sources = Counter(r.token_source for r in ok)
+    if any(src != "server_usage" for src in sources):
+        warnings.append(
+            "some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate"
+        )
+    send_lag = percentiles([r.send_lag_s for r in records], 1000.0)
+    loop_lag = percentiles(loop_lags_s, 1000.0)
+    if send_lag.p99 is not None and send_lag.p99 > limits.send_lag_p99_ms:
+        warnings.append(
+            f"client send lag p99 {send_lag.p99:.1f} ms exceeds {limits.send_lag_p99_ms:g} ms: "
+            "the client did not release requests on time; the offered load was lower than planned"
+        )
+    if loop_lag.p99 is not None and loop_lag.p99 > limits.event_loop_lag_p99_ms:
+        warnings.append(
+            f"client event-loop lag p99 {loop_lag.p99:.1f} ms exceeds {limits.event_loop_lag_p99_ms:g} ms: "
+            "the client may be the bottleneck and its timestamps late"
+        )
+    if interrupted:
+        warnings.append("the run was interrupted: figures cover the requests finished before it stopped")
+
+    return Summary(
+        requests=len(records),
+        errors=errors,
+        error_rate=errors / len(records) if records else 0.0,
+        interrupted=interrupted,
+        duration_s=duration,
+        request_rate=len(records) / duration if records else 0.0,
+        output_tokens=out_tokens,
+        output_tokens_per_s=out_tokens / duration if records else 0.0,
+        ttft_ms=percentiles([r.ttft_s for r in ok if r.ttft_s is not None], 1000.0),
+        itl_ms=percentiles(itl, 1000.0),
+        tpot_ms=percentiles(tpots, 1000.0),
+        e2e_ms=percentiles([r.e2e_s for r in ok if r.e2e_s is not None], 1000.0),
+        inter_chunk_ms=percentiles(gaps, 1000.0),
+        tokens_per_chunk=percentiles(tokens_per_chunk),
+        send_lag_ms=send_lag,
+        event_loop_lag_ms=loop_lag,
+        acceptance=acc,
+        kv_cache_usage=_gauge(samples, "kv_cache_usage"),
+        requests_running=_gauge(samples, "requests_running"),
+        requests_waiting=_gauge(samples, "requests_waiting"),
+        preemptions=preempt,
+        finished_by_reason=finished,
+        server_generation_tokens=gen_tokens,
+        token_sources=dict(sources),
+        segments=dict(Counter(r.segment for r in records)),
+        scrape_gaps=gaps_count,
+        notes=notes,
+        warnings=warnings,
+        definitions=DEFINITIONS,
+    )
+
+
+def _foreign_traffic(
+    records: Sequence[RequestRecord],
+    finished: dict[str, float],
+    gen_tokens: float | None,
+    warnings: list[str],
+) -> None:
+    """Warn when the server's counters moved more than this run's own requests explain."""
+    server_finished = sum(finished.values())
+    ours = len(records)
+    if server_finished > ours:
+        warnings.append(
+            f"foreign traffic: the server finished {server_finished:.0f} requests in the run window but this run "
+            f"sent {ours}; server-side figures (acceptance, KV usage, queue) are contaminated"
+        )
+        return
+    if gen_tokens is not None and all(r.ok and r.token_source == "server_usage" for r in records):
+        ours_tokens = sum(r.output_tokens or 0 for r in records)
+        if gen_tokens > ours_tokens:
+            warnings.append(
+                f"foreign traffic: the server generated {gen_tokens:.0f} tokens in the run window but this run "
+                f"received {ours_tokens}; server-side figures are contaminated"
+            )

@@ -1,0 +1,38 @@
+"""Server specs for the embedded model set: baseline, n-gram and draft-model speculation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from specguard.embedded.models import ModelSet
+from specguard.embedded.runtime import VllmRuntime, specguard_home
+from specguard.vllm.process import ManagedServer
+from specguard.vllm.server_spec import ServerSpec
+
+EmbeddedKind = Literal["baseline", "ngram", "draft_model"]
+SERVED_NAME = "specguard-tiny"
+
+NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+def embedded_spec(models: ModelSet, kind: EmbeddedKind, max_model_len: int = 1024, port: int | None = None) -> ServerSpec:
+    spec_cfg: dict[str, object] | None = None
+    if kind == "ngram":
+        spec_cfg = dict(NGRAM_CONFIG)
+    elif kind == "draft_model":
+        spec_cfg = {"method": "draft_model", "model": str(models.path("draft")), "num_speculative_tokens": 3}
+    return ServerSpec(
+        model=str(models.path("target")),
+        served_model_name=SERVED_NAME,
+        port=port,
+        max_model_len=max_model_len,
+        speculative_config=spec_cfg,
+        # A 1 GiB KV cache is ample for the tiny models and keeps two servers within 2 x 3 GB.
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+
+
+def embedded_server(runtime: VllmRuntime, spec: ServerSpec, label: str, log_dir: Path | None = None) -> ManagedServer:
+    log_dir = log_dir or specguard_home() / "logs"
+    return ManagedServer(spec, runtime.serve_argv, log_dir / f"{label}.log", runtime_env=runtime.env)

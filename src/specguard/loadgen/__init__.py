@@ -1,0 +1,1 @@
+"""Load generation: prompt sources, arrival schedules, the streaming client and the run loop."""

@@ -1,0 +1,84 @@
+"""Arrival schedules and prompt order. Pure, seeded, no I/O.
+
+Open-loop shapes (constant, poisson, gamma, burst) fix every send time in
+advance, so a slow server cannot slow the offered load. Closed-loop shapes
+(idle, concurrency) release a request whenever a slot frees and have no
+schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+OPEN_LOOP = ("constant", "poisson", "gamma", "burst")
+
+
+def arrival_times(
+    kind: str,
+    *,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+) -> Iterator[float]:
+    """Send times in seconds after the start, first at 0, bounded by count and/or duration.
+
+    gamma: inter-arrival gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)),
+    mean 1/rate and coefficient of variation 1/sqrt(burstiness); burstiness 1 is Poisson,
+    below 1 burstier, above 1 more regular (the convention of ``vllm bench serve``).
+    """
+    if kind not in OPEN_LOOP:
+        raise ValueError(f"'{kind}' has no schedule (expected one of {', '.join(OPEN_LOOP)})")
+    if num_requests is None and duration_s is None:
+        raise ValueError("a schedule needs num_requests and/or duration_s")
+    if kind == "burst":
+        if num_requests is None:
+            raise ValueError("a burst needs num_requests")
+        yield from (0.0 for _ in range(num_requests))
+        return
+    if rate is None or rate <= 0:
+        raise ValueError(f"{kind} arrivals need a rate > 0 (got {rate})")
+    if kind == "gamma" and burstiness <= 0:
+        raise ValueError(f"burstiness must be > 0 (got {burstiness})")
+    rng = np.random.default_rng(seed)
+    t = 0.0
+    i = 0
+    while (num_requests is None or i < num_requests) and (duration_s is None or t < duration_s):
+        yield t
+        i += 1
+        if kind == "constant":
+            t = i / rate
+        elif kind == "poisson":
+            t += float(rng.exponential(1.0 / rate))
+        else:
+            t += float(rng.gamma(burstiness, 1.0 / (rate * burstiness)))
+
+
+def prompt_order(n_items: int, seed: int = 0) -> Iterator[int]:
+    """Endless item order: each pass over the items is a fresh seeded permutation."""
+    if n_items <= 0:
+        raise ValueError("no prompts to draw from")
+    rng = np.random.default_rng(seed + 1_000_003)
+    while True:
+        yield from (int(i) for i in rng.permutation(n_items))
+
+
+def load_shape_kind(
+    rate: float | None, arrival: str, concurrency: int | None, burst: int | None
+) -> str:
+    """The load shape a bench command line asks for; exactly one of rate, concurrency or burst (or none: idle)."""
+    given = [name for name, v in (("--rate", rate), ("--concurrency", concurrency), ("--burst", burst)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give only one of --rate, --concurrency, --burst (got {', '.join(given)})")
+    if rate is not None:
+        if arrival not in ("poisson", "constant", "gamma"):
+            raise ValueError(f"--arrival must be poisson, constant or gamma (got {arrival})")
+        return arrival
+    if concurrency is not None:
+        return "concurrency"
+    if burst is not None:
+        return "burst"
+    return "idle"

@@ -1,0 +1,141 @@
+"""Prompt sources: a JSONL prompt file, or a built-in synthetic set.
+
+Every line of a prompt file is validated before any traffic is sent; the
+first bad line stops the run with file:line and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SYNTHETIC_SETS = ("random", "repetitive", "open-ended")
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str
+
+
+class PromptItem(BaseModel):
+    """One line of a prompt file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    segment: str = "default"
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    ignore_eos: bool | None = None
+    stop: list[str] | str | None = None
+
+    @model_validator(mode="after")
+    def _one_of_prompt_or_messages(self) -> PromptItem:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("exactly one of 'prompt' or 'messages' is required")
+        if self.messages is not None and not self.messages:
+            raise ValueError("'messages' is empty")
+        return self
+
+    def as_text(self) -> str:
+        """Plain text of the prompt, for a completions endpoint given chat messages."""
+        if self.prompt is not None:
+            return self.prompt
+        assert self.messages is not None
+        return "\n".join(m.content for m in self.messages)
+
+
+class PromptSet(BaseModel):
+    source: str
+    items: list[PromptItem]
+    lines: list[int] = Field(description="0-based file line (or synthetic item number) of each item")
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be used; the message names file, line and reason."""
+
+
+def load_prompt_file(path: Path) -> PromptSet:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptFileError(f"{path}: cannot read prompt file: {exc}") from exc
+    items: list[PromptItem] = []
+    lines: list[int] = []
+    for lineno, raw in enumerate(text.splitlines()):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno + 1}"
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        if not isinstance(obj, dict):
+            raise PromptFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        try:
+            items.append(PromptItem.model_validate(obj))
+        except ValidationError as exc:
+            raise PromptFileError(f"{where}: {_describe(exc)}") from exc
+        lines.append(lineno)
+    if not items:
+        raise PromptFileError(f"{path}: no prompts (the file is empty)")
+    return PromptSet(source=str(path), items=items, lines=lines)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (expected prompt, messages, segment, max_tokens, temperature, top_p, ignore_eos, stop)"
+        parts.append(f"key '{loc}': {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int = 64) -> PromptSet:
+    """Built-in prompt sets, for starting without data.
+
+    random      words drawn uniformly: little for a proposer to find (poor n-gram candidate)
+    repetitive  extraction-like: a record listing whose answer repeats parts of the prompt
+    open-ended  short open questions, chat-like, each answer unconstrained
+    """
+    if name not in SYNTHETIC_SETS:
+        raise PromptFileError(f"unknown synthetic prompt set '{name}' (expected one of {', '.join(SYNTHETIC_SETS)})")
+    rng = random.Random(f"{name}:{seed}")
+    vocab = (
+        "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
+        "sigma tau upsilon phi chi psi omega red green blue cyan magenta yellow black white"
+    ).split()
+    items: list[PromptItem] = []
+    for i in range(count):
+        if name == "random":
+            text = " ".join(rng.choice(vocab) for _ in range(48))
+            seg = "random"
+        elif name == "repetitive":
+            rows = [
+                f"id={rng.randint(100, 999)} name={rng.choice(vocab)} status=ok total={rng.randint(1, 99)}"
+                for _ in range(6)
+            ]
+            block = "\n".join(rows)
+            text = f"Records:\n{block}\n{block}\nRepeat the records exactly:\n{rows[0]}\n"
+            seg = "extraction"
+        else:
+            text = f"Question {i}: tell me something about {rng.choice(vocab)} and {rng.choice(vocab)}."
+            seg = "chat"
+        items.append(PromptItem(prompt=text, segment=seg, max_tokens=max_tokens))
+    return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)))
+
+
+def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64) -> PromptSet:
+    """``spec`` is a file path, or ``synthetic:NAME`` for a built-in set."""
+    if spec.startswith("synthetic:"):
+        return synthetic_prompts(spec.split(":", 1)[1], seed=seed, max_tokens=max_tokens)
+    return load_prompt_file(Path(spec))

@@ -1,0 +1,279 @@
+"""The run loop of ``specguard bench``: warm-up, scheduled release, recording, scraping, summary.
+
+Open-loop shapes release each request at its scheduled time whatever the
+server does; closed-loop shapes keep a fixed number in flight. Each request is
+sent exactly once, never retried, and its record is on disk the moment it
+finishes. An interruption (Ctrl-C, SIGTERM) records the requests in flight as
+interrupted errors and still writes a summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict
+
+from specguard import __version__
+from specguard.analysis.summarize import ClientLagLimits, summarize
+from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
+from specguard.loadgen.client import StreamResult, TokenCounter, build_payload, chunk_token_counts, stream_request
+from specguard.loadgen.prompts import PromptSet
+from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
+from specguard.results.store import RunWriter
+from specguard.server_metrics.scraper import MetricsScraper
+
+
+class BenchConfig(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    base_url: str
+    model: str
+    api: str = "completions"
+    prompts: PromptSet
+    load: LoadShape
+    sampling: SamplingOverrides = SamplingOverrides()
+    metrics_url: str | None = None
+    out_dir: Path
+    api_key: str | None = None
+    request_timeout_s: float = 600.0
+    default_max_tokens: int = 64
+    scrape_interval_s: float = 1.0
+    lag_limits: ClientLagLimits = ClientLagLimits()
+
+
+class ProgressSink:
+    """Receives progress events; the CLI renders them, tests and --quiet ignore them."""
+
+    def started(self, total: int | None, duration_s: float | None) -> None: ...
+
+    def finished(self, record: RequestRecord) -> None: ...
+
+
+def endpoint_url(base_url: str, api: str) -> str:
+    base = base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return f"{base}/{'chat/completions' if api == 'chat' else 'completions'}"
+
+
+def server_root(base_url: str) -> str:
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+class _Run:
+    def __init__(self, cfg: BenchConfig, writer: RunWriter, progress: ProgressSink, tokenizer: TokenCounter | None):
+        self.cfg = cfg
+        self.writer = writer
+        self.progress = progress
+        self.tokenizer = tokenizer
+        self.url = endpoint_url(cfg.base_url, cfg.api)
+        self.records: list[RequestRecord] = []
+        self.headers = {"Content-Type": "application/json"}
+        if cfg.api_key:
+            self.headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self.run_tag = uuid.uuid4().hex[:8]
+        self.t0 = 0.0
+        self.loop_lags: list[float] = []
+
+    async def one(self, session: aiohttp.ClientSession, seq: int, item_no: int, scheduled: float) -> None:
+        item = self.cfg.prompts.items[item_no]
+        body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
+        request_id = f"specguard-{self.run_tag}-{seq}"
+        headers = {**self.headers, "X-Request-Id": request_id}
+        res = StreamResult()
+        sent_at = time.monotonic()
+        try:
+            await stream_request(session, self.url, self.cfg.api, body, headers, self.cfg.request_timeout_s, sent_at, res)
+        finally:
+            times, tokens, source, total = chunk_token_counts(res, self.tokenizer)
+            record = RequestRecord(
+                index=self.cfg.prompts.lines[item_no],
+                seq=seq,
+                request_id=request_id,
+                segment=item.segment,
+                ok=res.ok,
+                error=res.error,
+                http_status=res.http_status,
+                scheduled_s=scheduled,
+                sent_s=sent_at - self.t0,
+                send_lag_s=max(0.0, sent_at - self.t0 - scheduled),
+                ttft_s=times[0] if times else None,
+                e2e_s=times[-1] if times else None,
+                stream_end_s=res.stream_end,
+                chunk_times_s=times,
+                chunk_tokens=tokens,
+                token_source=source,
+                prompt_tokens=res.final_usage_prompt,
+                output_tokens=total,
+                finish_reason=res.finish_reason,
+                temperature=body.get("temperature"),
+                max_tokens=body.get("max_tokens"),
+            )
+            self.records.append(record)
+            self.writer.requests.append(record)
+            self.progress.finished(record)
+
+    async def warmup(self, session: aiohttp.ClientSession) -> None:
+        order = prompt_order(len(self.cfg.prompts.items), self.cfg.load.seed + 7)
+        for _ in range(self.cfg.load.warmup_requests):
+            item = self.cfg.prompts.items[next(order)]
+            body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
+            await stream_request(session, self.url, self.cfg.api, body, self.headers, self.cfg.request_timeout_s, time.monotonic())
+
+    async def monitor_loop_lag(self) -> None:
+        period = 0.01
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(period)
+            self.loop_lags.append(max(0.0, time.monotonic() - t - period))
+
+    async def dispatch(self, session: aiohttp.ClientSession) -> None:
+        load = self.cfg.load
+        order = prompt_order(len(self.cfg.prompts.items), load.seed)
+        if load.kind in OPEN_LOOP:
+            tasks: set[asyncio.Task[None]] = set()
+            try:
+                schedule = arrival_times(
+                    load.kind,
+                    rate=load.rate,
+                    burstiness=load.burstiness or 1.0,
+                    num_requests=load.num_requests,
+                    duration_s=load.duration_s,
+                    seed=load.seed,
+                )
+                for seq, at in enumerate(schedule):
+                    delay = self.t0 + at - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    task = asyncio.create_task(self.one(session, seq, next(order), at))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                while tasks:
+                    await asyncio.wait(set(tasks))
+            finally:
+                await _cancel_all(tasks)
+            return
+        concurrency = 1 if load.kind == "idle" else (load.concurrency or 1)
+        counter = itertools.count()
+        deadline = self.t0 + load.duration_s if load.duration_s is not None else None
+
+        async def worker() -> None:
+            while True:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                seq = next(counter)
+                if load.num_requests is not None and seq >= load.num_requests:
+                    return
+                await self.one(session, seq, next(order), time.monotonic() - self.t0)
+
+        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            await _cancel_all(set(workers))
+
+
+async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    pending = [t for t in tasks if not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _probe(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> str | None:
+    try:
+        async with asyncio.timeout(5):
+            async with session.get(f"{root}/version", headers=headers) as resp:
+                if resp.status == 200:
+                    return str((await resp.json()).get("version"))
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None
+    return None
+
+
+async def run_bench(
+    cfg: BenchConfig,
+    progress: ProgressSink | None = None,
+    tokenizer: TokenCounter | None = None,
+    on_sample: Callable[[MetricsSample], None] | None = None,
+) -> Summary:
+    """Run one benchmark into ``cfg.out_dir`` and return its summary (also written as summary.json)."""
+    progress = progress or ProgressSink()
+    writer = RunWriter(cfg.out_dir)
+    run = _Run(cfg, writer, progress, tokenizer)
+    root = server_root(cfg.base_url)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    interrupted = False
+    info = RunInfo(
+        tool_version=__version__,
+        base_url=cfg.base_url,
+        api=cfg.api,  # type: ignore[arg-type]
+        model=cfg.model,
+        metrics_url=cfg.metrics_url,
+        prompt_source=cfg.prompts.source,
+        prompt_count=len(cfg.prompts.items),
+        load=cfg.load,
+        sampling=cfg.sampling,
+        started_unix=time.time(),
+        started_monotonic=time.monotonic(),
+    )
+    samples: list[MetricsSample] = []
+
+    def keep(sample: MetricsSample) -> None:
+        samples.append(sample)
+        writer.metrics.append(sample)
+        if on_sample is not None:
+            on_sample(sample)
+
+    try:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            info.server_version = await _probe(session, root, run.headers)
+            await run.warmup(session)
+            run.t0 = time.monotonic()
+            info.started_unix = time.time()
+            info.started_monotonic = run.t0
+            scraper = None
+            if cfg.metrics_url:
+                scraper = MetricsScraper(session, cfg.metrics_url, run.t0, keep, cfg.scrape_interval_s)
+                first = await scraper.scrape("before")
+                info.cache_config = first.cache_config
+                run.t0 = time.monotonic()
+                info.started_monotonic = run.t0
+                scraper.t0 = run.t0
+                scraper.start()
+            writer.write_run(info)
+            lag_task = asyncio.create_task(run.monitor_loop_lag())
+            progress.started(cfg.load.num_requests, cfg.load.duration_s)
+            try:
+                await run.dispatch(session)
+            except asyncio.CancelledError:
+                # Ctrl-C or SIGTERM: finish the bookkeeping below, then let the run end normally.
+                interrupted = True
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+            finally:
+                lag_task.cancel()
+                if scraper is not None:
+                    await scraper.stop()
+                    # vLLM updates its counters as it emits the last chunk; give it a moment.
+                    await asyncio.sleep(0.3)
+                    await scraper.scrape("after")
+    finally:
+        info.finished_unix = time.time()
+        info.interrupted = interrupted
+        writer.write_run(info)
+        summary = summarize(
+            run.records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits
+        )
+        writer.write_summary(summary)
+        writer.close()
+    return summary

@@ -1,0 +1,1 @@
+"""Presentation: terminal tables and progress. No figure is computed here."""

@@ -1,0 +1,112 @@
+"""Rich tables of run summaries, alone or side by side, and the live progress display."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from specguard.loadgen.runner import ProgressSink
+from specguard.results.models import Percentiles, RequestRecord, Summary
+
+_LATENCY_ROWS = [
+    ("TTFT (ms)", "ttft_ms"),
+    ("ITL per token (ms)", "itl_ms"),
+    ("TPOT (ms)", "tpot_ms"),
+    ("E2E (ms)", "e2e_ms"),
+    ("inter-chunk (ms)", "inter_chunk_ms"),
+    ("tokens per chunk", "tokens_per_chunk"),
+]
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _pct(p: Percentiles) -> str:
+    return f"{_fmt(p.p50)} / {_fmt(p.p95)} / {_fmt(p.p99)}"
+
+
+def summary_table(columns: dict[str, Summary], title: str = "specguard summary") -> Table:
+    """One column per run; latency rows show p50 / p95 / p99."""
+    table = Table(title=title, show_lines=False)
+    table.add_column("metric")
+    for name in columns:
+        table.add_column(name, justify="right")
+    s = list(columns.values())
+    table.add_row("requests (errors)", *[f"{x.requests} ({x.errors})" for x in s])
+    table.add_row("request rate (req/s)", *[_fmt(x.request_rate) for x in s])
+    table.add_row("output tok/s", *[_fmt(x.output_tokens_per_s, 1) for x in s])
+    for label, key in _LATENCY_ROWS:
+        table.add_row(f"{label} p50/p95/p99", *[_pct(getattr(x, key)) for x in s])
+    table.add_row(
+        "acceptance rate",
+        *[_fmt(x.acceptance.rate, 3) if x.acceptance else "off (no counters)" for x in s],
+    )
+    table.add_row(
+        "mean acceptance length",
+        *[_fmt(x.acceptance.mean_length) if x.acceptance else "-" for x in s],
+    )
+    table.add_row(
+        "per-position acceptance",
+        *[" ".join(f"{v:.2f}" for v in x.acceptance.per_position) if x.acceptance else "-" for x in s],
+    )
+    table.add_row("KV usage mean/max", *[_gauge(x.kv_cache_usage) for x in s])
+    table.add_row("waiting mean/max", *[_gauge(x.requests_waiting) for x in s])
+    table.add_row("preemptions", *[_fmt(x.preemptions, 0) for x in s])
+    return table
+
+
+def _gauge(g: object) -> str:
+    if g is None:
+        return "-"
+    return f"{_fmt(getattr(g, 'mean'), 3)} / {_fmt(getattr(g, 'max'), 3)}"
+
+
+def print_summaries(console: Console, columns: dict[str, Summary], title: str = "specguard summary") -> None:
+    console.print(summary_table(columns, title))
+    for name, summ in columns.items():
+        for note in summ.notes:
+            console.print(f"[cyan]note[/cyan] {name}: {note}")
+        for warning in summ.warnings:
+            console.print(f"[yellow]warning[/yellow] {name}: {warning}")
+    console.print("Definitions: ITL is per token (a chunk's gap spread over its tokens); see summary.json 'definitions'.")
+
+
+class RichProgress(ProgressSink):
+    """Requests done/failed, achieved rate, output tokens/s and ETA."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} done, {task.fields[failed]} failed"),
+            TextColumn("{task.fields[rate]:.2f} req/s, {task.fields[tps]:.0f} tok/s"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("bench", total=None, failed=0, rate=0.0, tps=0.0)
+        self.t0 = time.monotonic()
+        self.done = 0
+        self.failed = 0
+        self.tokens = 0
+
+    def started(self, total: int | None, duration_s: float | None) -> None:
+        self.t0 = time.monotonic()
+        self.progress.update(self.task, total=total)
+        self.progress.start()
+
+    def finished(self, record: RequestRecord) -> None:
+        self.done += 1
+        self.failed += 0 if record.ok else 1
+        self.tokens += record.output_tokens or 0
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        self.progress.update(
+            self.task, completed=self.done, failed=self.failed, rate=self.done / elapsed, tps=self.tokens / elapsed
+        )
+
+    def close(self) -> None:
+        self.progress.stop()

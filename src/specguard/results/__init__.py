@@ -1,0 +1,1 @@
+"""Run-directory file formats and their reading and writing."""

@@ -1,0 +1,168 @@
+"""File formats of a run directory: one pydantic model per file, each with a schema version.
+
+A run directory holds:
+  run.json             RunInfo          what was run, against what, when
+  requests.jsonl       RequestRecord    one line per measured request, flushed as each finishes
+  server_metrics.jsonl MetricsSample    one line per /metrics scrape (or failed scrape)
+  summary.json         Summary          the derived figures
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RUN_SCHEMA = "specguard.run/1"
+REQUEST_SCHEMA = "specguard.request/1"
+METRICS_SCHEMA = "specguard.server_metrics/1"
+SUMMARY_SCHEMA = "specguard.summary/1"
+
+TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoadShape(_Strict):
+    """How requests are released. Exactly one of rate / concurrency / burst drives the run."""
+
+    kind: Literal["idle", "constant", "poisson", "gamma", "concurrency", "burst"]
+    rate: float | None = Field(default=None, description="requests per second (constant, poisson, gamma)")
+    burstiness: float | None = Field(default=None, description="gamma shape; 1.0 is Poisson, <1 burstier")
+    concurrency: int | None = Field(default=None, description="requests kept in flight (concurrency; idle is 1)")
+    burst: int | None = Field(default=None, description="requests released together at t=0")
+    num_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    seed: int = 0
+
+
+class SamplingOverrides(_Strict):
+    """Sampling parameters forced on every request; None keeps each prompt's own value."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    ignore_eos: bool | None = None
+
+
+class RunInfo(_Strict):
+    schema_version: Literal["specguard.run/1"] = RUN_SCHEMA
+    tool_version: str
+    base_url: str
+    api: Literal["completions", "chat"]
+    model: str
+    metrics_url: str | None
+    prompt_source: str
+    prompt_count: int
+    load: LoadShape
+    sampling: SamplingOverrides
+    server_version: str | None = None
+    cache_config: dict[str, str] | None = None
+    started_unix: float
+    started_monotonic: float = Field(description="time.monotonic() at the run's time origin; send times are relative to it")
+    finished_unix: float | None = None
+    interrupted: bool = False
+
+
+class RequestRecord(_Strict):
+    """One measured request. Times are seconds; chunk times are relative to the actual send."""
+
+    schema_version: Literal["specguard.request/1"] = REQUEST_SCHEMA
+    index: int = Field(description="0-based line of the prompt file (or item of the synthetic set) used")
+    seq: int = Field(description="0-based order in which the request was scheduled in this run")
+    request_id: str
+    segment: str
+    ok: bool
+    error: str | None
+    http_status: int | None
+    scheduled_s: float = Field(description="planned send time, seconds after the run's time origin")
+    sent_s: float = Field(description="actual send time, seconds after the run's time origin")
+    send_lag_s: float
+    ttft_s: float | None = Field(description="send -> first chunk carrying output tokens")
+    e2e_s: float | None = Field(description="send -> last chunk carrying output tokens")
+    stream_end_s: float | None = Field(description="send -> end of the response stream")
+    chunk_times_s: list[float]
+    chunk_tokens: list[int]
+    token_source: TokenSource
+    prompt_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+class MetricsSample(_Strict):
+    """One scrape of the server's /metrics, reduced to what specguard uses."""
+
+    schema_version: Literal["specguard.server_metrics/1"] = METRICS_SCHEMA
+    t_s: float = Field(description="seconds after the run's time origin")
+    phase: Literal["before", "during", "after"]
+    ok: bool
+    error: str | None = None
+    gauges: dict[str, float] = Field(default_factory=dict)
+    counters: dict[str, float] = Field(default_factory=dict)
+    accepted_per_position: list[float] = Field(default_factory=list)
+    finished_by_reason: dict[str, float] = Field(default_factory=dict)
+    names_seen: dict[str, str] = Field(default_factory=dict, description="canonical name -> exposed name")
+    cache_config: dict[str, str] | None = Field(default=None, description="labels of vllm:cache_config_info")
+
+
+class Percentiles(_Strict):
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None = None
+
+
+class Acceptance(_Strict):
+    rate: float | None = Field(description="accepted draft tokens / draft tokens")
+    mean_length: float | None = Field(description="1 + accepted tokens / drafts (includes the bonus token)")
+    per_position: list[float] = Field(description="accepted at position i / drafts")
+    drafts: float
+    draft_tokens: float
+    accepted_tokens: float
+
+
+class GaugeSeries(_Strict):
+    samples: int
+    mean: float | None
+    max: float | None
+
+
+class Summary(_Strict):
+    schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
+    requests: int
+    errors: int
+    error_rate: float
+    interrupted: bool
+    duration_s: float
+    request_rate: float
+    output_tokens: int
+    output_tokens_per_s: float
+    ttft_ms: Percentiles
+    itl_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+    inter_chunk_ms: Percentiles
+    tokens_per_chunk: Percentiles
+    send_lag_ms: Percentiles
+    event_loop_lag_ms: Percentiles
+    acceptance: Acceptance | None
+    kv_cache_usage: GaugeSeries | None
+    requests_running: GaugeSeries | None
+    requests_waiting: GaugeSeries | None
+    preemptions: float | None
+    finished_by_reason: dict[str, float]
+    server_generation_tokens: float | None
+    token_sources: dict[str, int]
+    segments: dict[str, int]
+    scrape_gaps: int
+    notes: list[str]
+    warnings: list[str]
+    definitions: dict[str, str]

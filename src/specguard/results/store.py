@@ -1,0 +1,115 @@
+"""Reading and writing a run directory.
+
+Records are appended and flushed (and fsynced) one by one as requests finish,
+so an interrupted run or a crash keeps every completed request on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from specguard.results.models import MetricsSample, RequestRecord, RunInfo, Summary
+
+RUN_FILE = "run.json"
+REQUESTS_FILE = "requests.jsonl"
+METRICS_FILE = "server_metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be read; the message names the file, line and reason."""
+
+
+class JsonlAppender:
+    """Append-only JSONL file, one flushed and fsynced line per record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: IO[str] = path.open("a", encoding="utf-8")
+
+    def append(self, record: BaseModel) -> None:
+        self._fh.write(record.model_dump_json() + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+class RunWriter:
+    def __init__(self, out_dir: Path) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        existing = [p.name for p in (out_dir / REQUESTS_FILE, out_dir / RUN_FILE) if p.exists()]
+        if existing:
+            raise RunDirError(f"{out_dir}: already holds a run ({', '.join(existing)}); choose a new --out directory")
+        self.dir = out_dir
+        self.requests = JsonlAppender(out_dir / REQUESTS_FILE)
+        self.metrics = JsonlAppender(out_dir / METRICS_FILE)
+
+    def write_run(self, info: RunInfo) -> None:
+        _write_json_atomic(self.dir / RUN_FILE, info)
+
+    def write_summary(self, summary: Summary) -> None:
+        _write_json_atomic(self.dir / SUMMARY_FILE, summary)
+
+    def close(self) -> None:
+        self.requests.close()
+        self.metrics.close()
+
+
+def _write_json_atomic(path: Path, model: BaseModel) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(model.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RunDirError(f"{path}: missing") from exc
+    except ValidationError as exc:
+        raise RunDirError(f"{path}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+
+
+def read_jsonl(path: Path, model: type[M]) -> list[M]:
+    """All records of a JSONL file. A torn last line (a crash mid-write) is ignored; any other bad line is an error."""
+    out: list[M] = []
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except FileNotFoundError as exc:
+        raise RunDirError(f"{path}: missing") from exc
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as exc:
+            if i == len(lines) - 1:
+                break
+            err = exc.errors()[0]
+            raise RunDirError(f"{path}:{i + 1}: key '{'.'.join(map(str, err['loc']))}': {err['msg']}") from exc
+    return out
+
+
+def load_run(run_dir: Path) -> tuple[RunInfo, list[RequestRecord], list[MetricsSample]]:
+    info = read_json(run_dir / RUN_FILE, RunInfo)
+    records = read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
+    samples = read_jsonl(run_dir / METRICS_FILE, MetricsSample) if (run_dir / METRICS_FILE).exists() else []
+    return info, records, samples
+
+
+def load_summary(run_dir: Path) -> Summary:
+    return read_json(run_dir / SUMMARY_FILE, Summary)
+
+
+def dumps(model: BaseModel) -> str:
+    return json.dumps(model.model_dump(mode="json"), indent=2)

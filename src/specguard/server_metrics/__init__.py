@@ -1,0 +1,1 @@
+"""Scraping a vLLM server's /metrics: name mapping across versions, parsing, counter deltas."""
