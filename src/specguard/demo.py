@@ -6,7 +6,6 @@ summaries side by side; it does not yet give a verdict.
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from specguard.embedded.models import ensure_models
 from specguard.embedded.runtime import ensure_runtime
 from specguard.embedded.servers import SERVED_NAME, EmbeddedKind, embedded_server, embedded_spec
 from specguard.loadgen.prompts import load_prompts
-from specguard.loadgen.runner import BenchConfig, run_bench
+from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.report.terminal import print_summaries
 from specguard.results.models import LoadShape, SamplingOverrides, Summary
 from specguard.vllm.process import ManagedServer
@@ -50,7 +49,7 @@ def run_demo(out_dir: Path, num_requests: int = 24, rate: float = 2.0, prompts: 
                 metrics_url=server.metrics_url,
                 out_dir=out_dir / kind,
             )
-            summaries[kind] = asyncio.run(run_bench(cfg))
+            summaries[kind] = run_async(run_bench(cfg))
     finally:
         for s in servers.values():
             s.stop()

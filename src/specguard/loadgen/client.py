@@ -38,6 +38,7 @@ class StreamResult:
     final_usage_completion: int | None = None
     finish_reason: str | None = None
     stream_end: float | None = None
+    pieces: list[tuple[float, bytes]] = field(default_factory=list)
 
 
 def build_payload(
@@ -89,8 +90,11 @@ async def stream_request(
     what arrived and says the request was interrupted.
     """
     res = res if res is not None else StreamResult()
-    buf = b""
-    done = False
+    # Only arrival time and bytes are kept while the stream runs; parsing is
+    # left to finish_stream(), off the event loop, so that a busy moment (many
+    # streams receiving at once, as when one engine step answers a whole
+    # batch) delays no other stream's timestamps.
+    pieces = res.pieces
     try:
         async with asyncio.timeout(timeout_s):
             async with session.post(url, json=body, headers=headers) as resp:
@@ -100,20 +104,8 @@ async def stream_request(
                     res.error = f"HTTP {resp.status}: {text}"
                     return res
                 async for data in resp.content.iter_any():
-                    now = time.monotonic() - sent_at
-                    buf += data
-                    if b"\r" in buf:
-                        buf = buf.replace(b"\r\n", b"\n")
-                    while True:
-                        cut = buf.find(b"\n\n")
-                        if cut < 0:
-                            break
-                        event, buf = buf[:cut], buf[cut + 2 :]
-                        if _handle_event(event, api, now, res):
-                            done = True
+                    pieces.append((time.monotonic() - sent_at, data))
                 res.stream_end = time.monotonic() - sent_at
-        if res.error is None and not done:
-            res.error = "stream ended before [DONE]"
     except TimeoutError:
         res.error = f"timed out after {timeout_s:g} s"
     except asyncio.CancelledError:
@@ -121,9 +113,34 @@ async def stream_request(
         raise
     except (aiohttp.ClientError, OSError) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        res.ok = res.error is None
     return res
+
+
+def finish_stream(res: StreamResult, api: str) -> StreamResult:
+    """Parse the received bytes into chunks; set ``ok`` and, for a stream cut short, ``error``."""
+    done = _parse_pieces(res.pieces, api, res)
+    if res.error is None and not done:
+        res.error = "stream ended before [DONE]"
+    res.ok = res.error is None
+    return res
+
+
+def _parse_pieces(pieces: list[tuple[float, bytes]], api: str, res: StreamResult) -> bool:
+    """Split the received bytes into SSE events, each stamped with the arrival of the read that completed it."""
+    buf = b""
+    done = False
+    for now, data in pieces:
+        buf += data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        while True:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            event, buf = buf[:cut], buf[cut + 2 :]
+            if _handle_event(event, api, now, res):
+                done = True
+    return done
 
 
 def _handle_event(event: bytes, api: str, now: float, res: StreamResult) -> bool:
@@ -137,11 +154,13 @@ def _handle_event(event: bytes, api: str, now: float, res: StreamResult) -> bool
         try:
             obj = json.loads(payload)
         except ValueError:
-            res.error = f"unparsable stream event: {payload[:200]!r}"
+            if res.error is None:
+                res.error = f"unparsable stream event: {payload[:200]!r}"
             return False
         if "error" in obj and not obj.get("choices"):
             err = obj["error"]
-            res.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
+            if res.error is None:
+                res.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
             continue
         usage = obj.get("usage")
         completion = usage.get("completion_tokens") if isinstance(usage, dict) else None

@@ -13,20 +13,26 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiohttp
+import uvloop
 from pydantic import BaseModel, ConfigDict
 
 from specguard import __version__
 from specguard.analysis.summarize import ClientLagLimits, summarize
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
-from specguard.loadgen.client import StreamResult, TokenCounter, build_payload, chunk_token_counts, stream_request
+from specguard.loadgen.client import StreamResult, build_payload, stream_request
+from specguard.loadgen.recorder import FinishedStream, Progress, Recorder
 from specguard.loadgen.prompts import PromptSet
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
-from specguard.results.store import RunWriter
-from specguard.server_metrics.scraper import MetricsScraper
+from specguard.results.store import RunWriter, read_jsonl
+from specguard.server_metrics.scraper import ScraperProcess, scrape_once
+
+
+T = TypeVar("T")
 
 
 class BenchConfig(BaseModel):
@@ -45,6 +51,7 @@ class BenchConfig(BaseModel):
     default_max_tokens: int = 64
     scrape_interval_s: float = 1.0
     lag_limits: ClientLagLimits = ClientLagLimits()
+    busy_poll: bool = False
 
 
 class ProgressSink:
@@ -52,7 +59,7 @@ class ProgressSink:
 
     def started(self, total: int | None, duration_s: float | None) -> None: ...
 
-    def finished(self, record: RequestRecord) -> None: ...
+    def finished(self, progress: Progress) -> None: ...
 
 
 def endpoint_url(base_url: str, api: str) -> str:
@@ -67,13 +74,10 @@ def server_root(base_url: str) -> str:
 
 
 class _Run:
-    def __init__(self, cfg: BenchConfig, writer: RunWriter, progress: ProgressSink, tokenizer: TokenCounter | None):
+    def __init__(self, cfg: BenchConfig, recorder: Recorder):
         self.cfg = cfg
-        self.writer = writer
-        self.progress = progress
-        self.tokenizer = tokenizer
+        self.recorder = recorder
         self.url = endpoint_url(cfg.base_url, cfg.api)
-        self.records: list[RequestRecord] = []
         self.headers = {"Content-Type": "application/json"}
         if cfg.api_key:
             self.headers["Authorization"] = f"Bearer {cfg.api_key}"
@@ -91,33 +95,18 @@ class _Run:
         try:
             await stream_request(session, self.url, self.cfg.api, body, headers, self.cfg.request_timeout_s, sent_at, res)
         finally:
-            times, tokens, source, total = chunk_token_counts(res, self.tokenizer)
-            record = RequestRecord(
-                index=self.cfg.prompts.lines[item_no],
-                seq=seq,
-                request_id=request_id,
-                segment=item.segment,
-                ok=res.ok,
-                error=res.error,
-                http_status=res.http_status,
-                scheduled_s=scheduled,
-                sent_s=sent_at - self.t0,
-                send_lag_s=max(0.0, sent_at - self.t0 - scheduled),
-                ttft_s=times[0] if times else None,
-                e2e_s=times[-1] if times else None,
-                stream_end_s=res.stream_end,
-                chunk_times_s=times,
-                chunk_tokens=tokens,
-                token_source=source,
-                prompt_tokens=res.final_usage_prompt,
-                output_tokens=total,
-                finish_reason=res.finish_reason,
-                temperature=body.get("temperature"),
-                max_tokens=body.get("max_tokens"),
+            self.recorder.submit(
+                FinishedStream(
+                    index=self.cfg.prompts.lines[item_no],
+                    seq=seq,
+                    request_id=request_id,
+                    segment=item.segment,
+                    scheduled_s=scheduled,
+                    sent_s=sent_at - self.t0,
+                    body=body,
+                    result=res,
+                )
             )
-            self.records.append(record)
-            self.writer.requests.append(record)
-            self.progress.finished(record)
 
     async def warmup(self, session: aiohttp.ClientSession) -> None:
         order = prompt_order(len(self.cfg.prompts.items), self.cfg.load.seed + 7)
@@ -179,6 +168,18 @@ class _Run:
             await _cancel_all(set(workers))
 
 
+async def _busy_poll() -> None:
+    """Keep the event loop polling instead of sleeping in epoll.
+
+    On a virtual machine, waking a halted vCPU for each arriving chunk costs
+    0.3 to 2 ms, which would be measured as latency. Polling keeps the client
+    on its core (it costs that core) so that arrivals are seen within
+    microseconds.
+    """
+    while True:
+        await asyncio.sleep(0)
+
+
 async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
     pending = [t for t in tasks if not t.done()]
     for t in pending:
@@ -198,18 +199,23 @@ async def _probe(session: aiohttp.ClientSession, root: str, headers: dict[str, s
     return None
 
 
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop: its wake-ups and socket reads are several times cheaper than asyncio's own loop."""
+    return uvloop.run(coro)
+
+
 async def run_bench(
     cfg: BenchConfig,
     progress: ProgressSink | None = None,
-    tokenizer: TokenCounter | None = None,
-    on_sample: Callable[[MetricsSample], None] | None = None,
+    tokenizer_dir: Path | None = None,
 ) -> Summary:
     """Run one benchmark into ``cfg.out_dir`` and return its summary (also written as summary.json)."""
     progress = progress or ProgressSink()
     writer = RunWriter(cfg.out_dir)
-    run = _Run(cfg, writer, progress, tokenizer)
+    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished)
+    run = _Run(cfg, recorder)
     root = server_root(cfg.base_url)
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     interrupted = False
     info = RunInfo(
@@ -225,32 +231,27 @@ async def run_bench(
         started_unix=time.time(),
         started_monotonic=time.monotonic(),
     )
-    samples: list[MetricsSample] = []
-
-    def keep(sample: MetricsSample) -> None:
-        samples.append(sample)
-        writer.metrics.append(sample)
-        if on_sample is not None:
-            on_sample(sample)
-
+    scraper: ScraperProcess | None = None
     try:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             info.server_version = await _probe(session, root, run.headers)
+            await recorder.start()
+            if cfg.metrics_url:
+                scraper = ScraperProcess(cfg.metrics_url, cfg.scrape_interval_s, writer.metrics.path)
+                await asyncio.to_thread(scraper.launch)
             await run.warmup(session)
+            if cfg.metrics_url:
+                first = await scrape_once(session, cfg.metrics_url, time.monotonic(), "before")
+                info.cache_config = first.cache_config
             run.t0 = time.monotonic()
             info.started_unix = time.time()
             info.started_monotonic = run.t0
-            scraper = None
-            if cfg.metrics_url:
-                scraper = MetricsScraper(session, cfg.metrics_url, run.t0, keep, cfg.scrape_interval_s)
-                first = await scraper.scrape("before")
-                info.cache_config = first.cache_config
-                run.t0 = time.monotonic()
-                info.started_monotonic = run.t0
-                scraper.t0 = run.t0
-                scraper.start()
+            if scraper is not None:
+                writer.metrics.append(first.model_copy(update={"t_s": 0.0}))
+                scraper.begin(run.t0)
             writer.write_run(info)
             lag_task = asyncio.create_task(run.monitor_loop_lag())
+            spin_task = asyncio.create_task(_busy_poll()) if cfg.busy_poll else None
             progress.started(cfg.load.num_requests, cfg.load.duration_s)
             try:
                 await run.dispatch(session)
@@ -262,18 +263,25 @@ async def run_bench(
                     task.uncancel()
             finally:
                 lag_task.cancel()
-                if scraper is not None:
-                    await scraper.stop()
-                    # vLLM updates its counters as it emits the last chunk; give it a moment.
-                    await asyncio.sleep(0.3)
-                    await scraper.scrape("after")
+                if spin_task is not None:
+                    spin_task.cancel()
+            if scraper is not None:
+                scraper.stop()
+                scraper = None
+                # vLLM updates its counters as it emits the last chunk; give it a moment.
+                await asyncio.sleep(0.3)
+                writer.metrics.append(await scrape_once(session, cfg.metrics_url, run.t0, "after"))  # type: ignore[arg-type]
     finally:
+        if scraper is not None:
+            scraper.stop()
+        await recorder.close()
+        records = read_jsonl(writer.requests_path, RequestRecord)
         info.finished_unix = time.time()
         info.interrupted = interrupted
         writer.write_run(info)
-        summary = summarize(
-            run.records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits
-        )
+        samples = read_jsonl(writer.metrics.path, MetricsSample)
+        records.sort(key=lambda r: r.seq)
+        summary = summarize(records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits)
         writer.write_summary(summary)
         writer.close()
     return summary

@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from specguard.loadgen.recorder import Progress
 from specguard.loadgen.runner import ProgressSink
-from specguard.results.models import Percentiles, RequestRecord, Summary
+from specguard.results.models import Percentiles, Summary
 
 _LATENCY_ROWS = [
     ("TTFT (ms)", "ttft_ms"),
@@ -99,10 +100,10 @@ class RichProgress(ProgressSink):
         self.progress.update(self.task, total=total)
         self.progress.start()
 
-    def finished(self, record: RequestRecord) -> None:
+    def finished(self, progress: Progress) -> None:
         self.done += 1
-        self.failed += 0 if record.ok else 1
-        self.tokens += record.output_tokens or 0
+        self.failed += 0 if progress.ok else 1
+        self.tokens += progress.output_tokens
         elapsed = max(time.monotonic() - self.t0, 1e-9)
         self.progress.update(
             self.task, completed=self.done, failed=self.failed, rate=self.done / elapsed, tps=self.tokens / elapsed

@@ -28,16 +28,24 @@ class RunDirError(ValueError):
 
 
 class JsonlAppender:
-    """Append-only JSONL file, one flushed and fsynced line per record."""
+    """Append-only JSONL file, one flushed line per record."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh: IO[str] = path.open("a", encoding="utf-8")
 
-    def append(self, record: BaseModel) -> None:
+    def append(self, record: BaseModel, sync: bool = True) -> None:
+        """Write and flush one line: it survives the process. ``sync`` also makes it survive the machine."""
         self._fh.write(record.model_dump_json() + "\n")
         self._fh.flush()
-        os.fsync(self._fh.fileno())
+        if sync:
+            self.sync()
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self._fh.fileno())
+        except (ValueError, OSError):
+            pass  # closed already, or a file system without fsync
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -51,7 +59,8 @@ class RunWriter:
         if existing:
             raise RunDirError(f"{out_dir}: already holds a run ({', '.join(existing)}); choose a new --out directory")
         self.dir = out_dir
-        self.requests = JsonlAppender(out_dir / REQUESTS_FILE)
+        self.requests_path = out_dir / REQUESTS_FILE
+        self.requests_path.touch()
         self.metrics = JsonlAppender(out_dir / METRICS_FILE)
 
     def write_run(self, info: RunInfo) -> None:
@@ -61,7 +70,6 @@ class RunWriter:
         _write_json_atomic(self.dir / SUMMARY_FILE, summary)
 
     def close(self) -> None:
-        self.requests.close()
         self.metrics.close()
 
 

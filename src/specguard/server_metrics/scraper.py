@@ -1,10 +1,25 @@
-"""Periodic /metrics scraping during a run. A failed or unparsable scrape is recorded as a gap, never raised."""
+"""/metrics scraping. A failed or unparsable scrape is recorded as a gap, never raised.
+
+The periodic scrapes of a run happen in a child process: parsing a vLLM
+metrics page with prometheus_client's pure-Python parser takes milliseconds,
+and doing it on the load generator's event loop would delay the timestamps
+of every stream. The child shares CLOCK_MONOTONIC with its parent, so its
+sample times are on the run's time axis. It appends to the run's
+server_metrics.jsonl between the parent's "before" and "after" lines.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import asyncio
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import aiohttp
 
@@ -12,53 +27,104 @@ from specguard.results.models import MetricsSample
 from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
 
 
-class MetricsScraper:
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        url: str,
-        t0: float,
-        on_sample: Callable[[MetricsSample], None],
-        interval_s: float = 1.0,
-        timeout_s: float = 5.0,
-    ) -> None:
-        self.session = session
-        self.url = url
-        self.t0 = t0
-        self.on_sample = on_sample
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s
-        self.samples: list[MetricsSample] = []
-        self._task: asyncio.Task[None] | None = None
+def _gap(t: float, phase: str, exc: BaseException) -> MetricsSample:
+    return MetricsSample(t_s=t, phase=phase, ok=False, error=f"{type(exc).__name__}: {exc}")  # type: ignore[arg-type]
 
-    async def scrape(self, phase: str) -> MetricsSample:
-        t = time.monotonic() - self.t0
+
+async def scrape_once(session: aiohttp.ClientSession, url: str, t0: float, phase: str, timeout_s: float = 5.0) -> MetricsSample:
+    t = time.monotonic() - t0
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url) as resp:
+                text = await resp.text(errors="replace")
+                if resp.status != 200:
+                    raise MetricsParseError(f"HTTP {resp.status}")
+        return parse_metrics_text(text, t, phase)
+    except (aiohttp.ClientError, OSError, TimeoutError, MetricsParseError) as exc:
+        return _gap(t, phase, exc)
+
+
+def scrape_blocking(url: str, t0: float, phase: str, timeout_s: float = 5.0) -> MetricsSample:
+    t = time.monotonic() - t0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            text = resp.read().decode("utf-8", errors="replace")
+        return parse_metrics_text(text, t, phase)
+    except (urllib.error.URLError, OSError, TimeoutError, MetricsParseError) as exc:
+        return _gap(t, phase, exc)
+
+
+class ScraperProcess:
+    """The periodic "during" scrapes, in a child process writing to ``out``.
+
+    The child is started and has finished its imports (a second of CPU)
+    before the run's traffic starts; it is then given the run's time origin.
+    """
+
+    def __init__(self, url: str, interval_s: float, out: Path) -> None:
+        self.argv = [sys.executable, "-m", "specguard.server_metrics.scraper", "--url", url,
+                     "--interval", repr(interval_s), "--out", str(out)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> None:
+        """Start the child and wait until it is ready (blocking: call before the run starts)."""
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the /metrics scraper process did not start")
+
+    def begin(self, t0: float) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(f"{t0!r}\n".encode())
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # ends a child still waiting for its time origin
+        self.proc.send_signal(signal.SIGTERM)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                async with self.session.get(self.url) as resp:
-                    text = await resp.text(errors="replace")
-                    if resp.status != 200:
-                        raise MetricsParseError(f"HTTP {resp.status}")
-            sample = parse_metrics_text(text, t, phase)
-        except (aiohttp.ClientError, OSError, TimeoutError, MetricsParseError) as exc:
-            sample = MetricsSample(t_s=t, phase=phase, ok=False, error=f"{type(exc).__name__}: {exc}")  # type: ignore[arg-type]
-        self.samples.append(sample)
-        self.on_sample(sample)
-        return sample
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            await self.scrape("during")
+def _main() -> None:
+    p = argparse.ArgumentParser(description="specguard's periodic /metrics scraper (started by specguard bench)")
+    p.add_argument("--url", required=True)
+    p.add_argument("--interval", type=float, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    stop = False
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when scraping ends
+    # Yield the CPU to the load generator, whose timestamps are the measurement.
+    os.nice(10)
+    print("ready", flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return
+    t0 = float(line)
+    with a.out.open("a", encoding="utf-8") as fh:
+        tick = time.monotonic()
+        while not stop:
+            tick += a.interval
+            while not stop and time.monotonic() < tick:
+                time.sleep(min(0.05, max(0.0, tick - time.monotonic())))
+            if stop:
+                break
+            sample = scrape_blocking(a.url, t0, "during")
+            fh.write(sample.model_dump_json() + "\n")
+            fh.flush()
+
+
+if __name__ == "__main__":
+    _main()

@@ -80,11 +80,14 @@ class ManagedServer:
     def metrics_url(self) -> str:
         return f"{self.base_url}/metrics"
 
+    def command(self, port: int) -> list[str]:
+        return build_argv(self.spec, self.serve_argv, port)
+
     def start(self) -> None:
         if self.proc is not None:
             raise RuntimeError("server already started")
         self.port = self.spec.port or free_port(self.spec.host)
-        self.argv = build_argv(self.spec, self.serve_argv, self.port)
+        self.argv = self.command(self.port)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", **self.runtime_env, **self.spec.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:

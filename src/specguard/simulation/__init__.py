@@ -1,0 +1,1 @@
+"""Scripted backends for fault injection and exact timing checks; never a substitute for vLLM."""

@@ -1,0 +1,61 @@
+"""Shared fixtures. Each real vLLM server is started once per test session and stopped at its end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from specguard.embedded.models import ModelSet, ensure_models
+from specguard.embedded.runtime import VllmRuntime, ensure_runtime
+from specguard.embedded.servers import embedded_server, embedded_spec
+from specguard.simulation.process import ScriptedProcess
+from specguard.simulation.scripted_server import Script
+from specguard.vllm.process import ManagedServer
+
+
+@pytest.fixture(scope="session")
+def runtime() -> VllmRuntime:
+    return ensure_runtime()
+
+
+@pytest.fixture(scope="session")
+def models(runtime: VllmRuntime) -> ModelSet:
+    return ensure_models(runtime)
+
+
+@pytest.fixture(scope="session")
+def vllm_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-logs")
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(runtime: VllmRuntime, models: ModelSet, vllm_logs: Path) -> Iterator[dict[str, ManagedServer]]:
+    """A baseline and an n-gram server, started together (about a minute on 2 cores)."""
+    servers = {k: embedded_server(runtime, embedded_spec(models, k), k, vllm_logs) for k in ("baseline", "ngram")}
+    try:
+        for s in servers.values():
+            s.start()
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(ManagedServer.wait_ready, servers.values()))
+        yield servers
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Iterator[callable]:
+    started: list[ScriptedProcess] = []
+
+    def start(**script: object) -> ScriptedProcess:
+        proc = ScriptedProcess(Script(**script), tmp_path / f"scripted-{len(started)}")
+        started.append(proc)
+        proc.__enter__()
+        return proc
+
+    yield start
+    for p in started:
+        p.stop()
