@@ -2,7 +2,7 @@ import pytest
 
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl, tpot
 from specguard.analysis.summarize import summarize
-from specguard.loadgen.client import StreamResult, chunk_token_counts
+from specguard.loadgen.sse import ParsedStream, chunk_token_counts
 from specguard.results.models import RequestRecord
 
 
@@ -29,18 +29,18 @@ def test_itl_rejects_mismatched_lengths():
 
 
 def test_chunk_tokens_from_server_usage_drop_tokenless_chunks():
-    res = StreamResult(chunk_times=[0.01, 0.02, 0.03, 0.05], chunk_texts=["", "a", "bcd", ""],
-                       chunk_usage=[0, 1, 4, 4], final_usage_completion=4)
-    times, tokens, source, total = chunk_token_counts(res, None)
+    parsed = ParsedStream(chunk_times=[0.01, 0.02, 0.03, 0.05], chunk_texts=["", "a", "bcd", ""],
+                          chunk_usage=[0, 1, 4, 4], completion_tokens=4)
+    times, tokens, source, total = chunk_token_counts(parsed, None)
     assert (times, tokens, source, total) == ([0.02, 0.03], [1, 3], "server_usage", 4)
 
 
 def test_chunk_tokens_fall_back_to_tokenizer_then_chunk_count():
-    res = StreamResult(chunk_times=[0.01, 0.02], chunk_texts=["ab", "cde"], chunk_usage=[None, None],
-                       final_usage_completion=5)
-    _, tokens, source, total = chunk_token_counts(res, lambda s: len(s))
+    parsed = ParsedStream(chunk_times=[0.01, 0.02], chunk_texts=["ab", "cde"], chunk_usage=[None, None],
+                          completion_tokens=5)
+    _, tokens, source, total = chunk_token_counts(parsed, lambda s: len(s))
     assert (tokens, source, total) == ([2, 3], "local_tokenizer", 5)
-    _, tokens, source, total = chunk_token_counts(res, None)
+    _, tokens, source, total = chunk_token_counts(parsed, None)
     assert (tokens, source, total) == ([1, 1], "chunk_count", 5)
 
 

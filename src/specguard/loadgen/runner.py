@@ -93,7 +93,10 @@ class _Run:
         res = StreamResult()
         sent_at = time.monotonic()
         try:
-            await stream_request(session, self.url, self.cfg.api, body, headers, self.cfg.request_timeout_s, sent_at, res)
+            await stream_request(
+                session, self.url, self.cfg.api, body, headers, self.cfg.request_timeout_s, sent_at, res,
+                on_pieces=lambda pieces: self.recorder.pieces(seq, pieces),
+            )
         finally:
             self.recorder.submit(
                 FinishedStream(

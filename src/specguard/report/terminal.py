@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from specguard.loadgen.recorder import Progress
+from specguard.loadgen.recorder import Progress as RecordProgress
 from specguard.loadgen.runner import ProgressSink
 from specguard.results.models import Percentiles, Summary
 
@@ -100,7 +100,7 @@ class RichProgress(ProgressSink):
         self.progress.update(self.task, total=total)
         self.progress.start()
 
-    def finished(self, progress: Progress) -> None:
+    def finished(self, progress: RecordProgress) -> None:
         self.done += 1
         self.failed += 0 if progress.ok else 1
         self.tokens += progress.output_tokens

@@ -3,8 +3,8 @@
 Not a stand-in for vLLM: it generates no text worth reading. It sends each
 response's chunks at scheduled times with known token counts and logs, per
 request, the monotonic time at which each chunk was handed to the kernel, so
-a client's timestamps can be checked against the truth. ``--flood`` sends as
-fast as it can, for measuring how much a client can ingest.
+a client's timestamps can be checked against the truth. In flood mode it sends
+as fast as it can, for measuring how much a client can ingest.
 
 Run: python -m specguard.simulation.scripted_server --port P --log FILE [options]
 """
@@ -28,6 +28,7 @@ class Script(BaseModel):
     chunks: int = 16
     tokens_pattern: list[int] = [1]
     flood: bool = False
+    flood_batch: int = 16
     metrics: str = "new"  # new | old | none | garbage
 
 
@@ -36,6 +37,7 @@ class ChunkLog(BaseModel):
     start: float
     chunk_sent: list[float]
     chunk_tokens: list[int]
+    authorized: bool = False
 
 
 class ScriptedServer:
@@ -72,16 +74,17 @@ class ScriptedServer:
         await resp.prepare(request)
         s = self.script
         n = min(s.chunks, int(body.get("max_tokens") or s.chunks))
+        if s.flood:
+            await self._flood(resp, rid, n, chat)
+            return resp
         sent: list[float] = []
         tokens: list[int] = []
         total = 0
-        loop = asyncio.get_running_loop()
         for i in range(n):
-            if not s.flood:
-                target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
-                delay = target - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+            target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
+            delay = target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
             k = s.tokens_pattern[i % len(s.tokens_pattern)]
             total += k
             text = "x" * k
@@ -102,9 +105,30 @@ class ScriptedServer:
         self.finished += 1
         self.generated += total
         if self.log is not None:
-            self.log.write(ChunkLog(request_id=rid, start=start, chunk_sent=sent, chunk_tokens=tokens).model_dump_json() + "\n")
+            self.log.write(ChunkLog(
+                request_id=rid, start=start, chunk_sent=sent, chunk_tokens=tokens,
+                authorized=request.headers.get("Authorization", "").startswith("Bearer ")).model_dump_json() + "\n")
             self.log.flush()
         return resp
+
+    async def _flood(self, resp: web.StreamResponse, rid: str, n: int, chat: bool) -> None:
+        """n one-token events as fast as the socket takes them, several per write; no per-chunk log."""
+        rid_json = json.dumps(rid)
+        piece = '{"index":0,"delta":{"content":"x"},"finish_reason":null}' if chat else (
+            '{"index":0,"text":"x","finish_reason":null}')
+        template = ('data: {"id":' + rid_json + ',"choices":[' + piece +
+                    '],"usage":{"prompt_tokens":8,"completion_tokens":%d}}\n\n')
+        batch: list[str] = []
+        for i in range(1, n + 1):
+            batch.append(template % i)
+            if len(batch) == self.script.flood_batch or i == n:
+                await resp.write("".join(batch).encode())
+                batch.clear()
+        final = {"id": rid, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}}
+        await resp.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        self.finished += 1
+        self.generated += n
 
     async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(text=self.metrics_text(), content_type="text/plain")

@@ -84,6 +84,7 @@ class ManagedServer:
         return build_argv(self.spec, self.serve_argv, port)
 
     def start(self) -> None:
+        """Launch the process. Call from the main thread: PR_SET_PDEATHSIG fires when the launching thread exits."""
         if self.proc is not None:
             raise RuntimeError("server already started")
         self.port = self.spec.port or free_port(self.spec.host)

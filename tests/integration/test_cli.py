@@ -1,0 +1,105 @@
+"""The command line, end to end against the scripted server: contract flags, files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from specguard.results.models import RequestRecord, Summary
+
+
+def specguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specguard", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_bench_contract_and_summary(scripted, tmp_path):
+    server = scripted(ttft_ms=10, interval_ms=5, chunks=8, tokens_pattern=[1, 3])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": f"p{i}", "segment": "s" + str(i % 2), "max_tokens": 8})
+                                 for i in range(5)) + "\n")
+    out = tmp_path / "run"
+    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
+                  "--out", str(out), "--rate", "20", "--arrival", "gamma", "--burstiness", "0.5",
+                  "--num-requests", "12", "--seed", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(lines) == 12
+    for rec in lines:
+        RequestRecord.model_validate(rec)
+        assert {"index", "segment", "ok", "error", "ttft_s", "e2e_s", "output_tokens", "chunk_times_s",
+                "chunk_tokens"} <= set(rec)
+        assert 0 <= rec["index"] <= 4 and rec["segment"] == "s" + str(rec["index"] % 2)
+        assert rec["chunk_tokens"] == [1, 3, 1, 3, 1, 3, 1, 3] and rec["output_tokens"] == 16
+    summary = json.loads((out / "summary.json").read_text())
+    Summary.model_validate(summary)
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "tokens_per_chunk"):
+        assert set(summary[key]) >= {"mean", "p50", "p90", "p95", "p99"}
+    assert summary["requests"] == 12 and summary["errors"] == 0 and summary["acceptance"] is None
+    assert summary["output_tokens_per_s"] > 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["load"]["kind"] == "gamma" and run["load"]["burstiness"] == 0.5
+    # the same seed gives the same prompt order and schedule
+    out2 = tmp_path / "run2"
+    specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
+              "--out", str(out2), "--rate", "20", "--arrival", "gamma", "--burstiness", "0.5",
+              "--num-requests", "12", "--seed", "3", "--quiet")
+    again = sorted((json.loads(x) for x in (out2 / "requests.jsonl").read_text().splitlines()), key=lambda x: x["seq"])
+    first = sorted(lines, key=lambda x: x["seq"])
+    assert [x["index"] for x in again] == [x["index"] for x in first]
+    assert [x["scheduled_s"] for x in again] == [x["scheduled_s"] for x in first]
+
+    shown = specguard("summary", str(out))
+    assert shown.returncode == 0 and "ITL per token" in shown.stdout and "tokens per chunk" in shown.stdout
+    as_json = specguard("summary", str(out), "--json")
+    assert json.loads(as_json.stdout)["requests"] == 12
+
+
+def test_bad_prompt_file_fails_before_any_traffic(scripted, tmp_path):
+    server = scripted()
+    prompts = tmp_path / "bad.jsonl"
+    prompts.write_text('{"prompt": "ok"}\n{"prompt": "x", "temprature": 0.1}\n')
+    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
+                  "--out", str(tmp_path / "run"), "--num-requests", "3", "--quiet")
+    assert r.returncode == 2
+    assert f"{prompts}:2:" in r.stderr and "temprature" in r.stderr
+    assert server.chunk_logs() == {}, "no request may reach the server"
+    assert not (tmp_path / "run").exists()
+
+
+def test_usage_errors_exit_2(tmp_path):
+    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
+                  "--out", str(tmp_path / "x"), "--rate", "1", "--concurrency", "2", "--num-requests", "1")
+    assert r.returncode == 2 and "only one of" in r.stderr
+    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
+                  "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "--num-requests" in r.stderr
+    r = specguard("summary", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and "missing" in r.stderr
+
+
+def test_unreachable_server_gives_error_records_not_a_crash(tmp_path):
+    out = tmp_path / "run"
+    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
+                  "--out", str(out), "--burst", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and not any(x["ok"] for x in recs)
+    assert all("Connect" in x["error"] for x in recs)
+    assert json.loads((out / "summary.json").read_text())["error_rate"] == 1.0
+
+
+def test_api_key_is_sent_but_never_written(scripted, tmp_path, monkeypatch):
+    server = scripted(ttft_ms=2, interval_ms=2, chunks=2)
+    out = tmp_path / "run"
+    secret = "sk-specguard-test-secret-123"
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
+         "--prompts", "synthetic:random", "--out", str(out), "--num-requests", "2", "--api-key-env", "SG_TEST_KEY"],
+        capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "SG_TEST_KEY": secret},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert all(log.authorized for log in server.chunk_logs().values())
+    for f in out.iterdir():
+        assert secret not in f.read_text(), f.name
+    assert secret not in proc.stdout + proc.stderr

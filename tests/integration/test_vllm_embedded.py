@@ -1,0 +1,108 @@
+"""Against real vLLM CPU servers (baseline and n-gram speculation), started once per session."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specguard.embedded.servers import SERVED_NAME
+from specguard.loadgen.prompts import synthetic_prompts
+from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.results.models import LoadShape, SamplingOverrides
+from specguard.results.store import load_run
+
+pytestmark = pytest.mark.vllm
+
+
+def bench(server, out, prompts, load, temperature=0.0):
+    cfg = BenchConfig(base_url=server.base_url, model=SERVED_NAME, prompts=prompts, load=load,
+                      sampling=SamplingOverrides(temperature=temperature, max_tokens=48),
+                      metrics_url=server.metrics_url, out_dir=out, scrape_interval_s=0.5)
+    return run_async(run_bench(cfg))
+
+
+def test_runtime_reports_its_workarounds(runtime):
+    assert runtime.vllm_version == "0.32.0"
+    assert not runtime.console_script_ok
+    assert runtime.serve_argv[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    text = " ".join(runtime.workarounds)
+    assert "console script" in text and "PackageNotFoundError" in text
+    assert "torchvision" in text
+
+
+def test_ngram_on_repetitive_prompts_accepts_and_chunks_carry_several_tokens(vllm_servers, tmp_path):
+    server = vllm_servers["ngram"]
+    out = tmp_path / "ngram"
+    summary = bench(server, out, synthetic_prompts("repetitive", count=16),
+                    LoadShape(kind="poisson", rate=4.0, num_requests=16, warmup_requests=1, seed=1))
+    assert summary.errors == 0
+    assert summary.acceptance is not None
+    assert summary.acceptance.drafts > 0 and summary.acceptance.rate > 0
+    assert summary.acceptance.mean_length > 1.0
+    assert len(summary.acceptance.per_position) == 4
+    assert summary.tokens_per_chunk.max > 1
+    info, records, samples = load_run(out)
+    assert info.server_version == "0.32.0"
+    assert info.cache_config is not None and "num_gpu_blocks" in info.cache_config
+    assert any(r.chunk_tokens and max(r.chunk_tokens) > 1 for r in records)
+    for r in records:
+        assert r.token_source == "server_usage"
+        assert sum(r.chunk_tokens) == r.output_tokens
+        itl_sum = sum(g / n * n for g, n in zip(
+            [b - a for a, b in zip(r.chunk_times_s, r.chunk_times_s[1:])], r.chunk_tokens[1:]))
+        assert itl_sum == pytest.approx(r.e2e_s - r.ttft_s, abs=1e-9)
+    # per-token ITL summed over the run equals the summed (E2E - TTFT): nothing double counted or dropped
+    from specguard.analysis.request_metrics import per_token_itl
+
+    total_itl = sum(sum(per_token_itl(r.chunk_times_s, r.chunk_tokens)) for r in records)
+    assert total_itl == pytest.approx(sum(r.e2e_s - r.ttft_s for r in records), rel=1e-9)
+    # server counters agree with the client: every request and token this run received
+    assert sum(summary.finished_by_reason.values()) == len(records)
+    assert summary.server_generation_tokens == sum(r.output_tokens for r in records)
+    assert not any("foreign" in w for w in summary.warnings)
+    assert [s.phase for s in samples][0] == "before" and samples[-1].phase == "after"
+
+
+def test_baseline_has_no_spec_decode_counters_and_says_so(vllm_servers, tmp_path):
+    server = vllm_servers["baseline"]
+    summary = bench(server, tmp_path / "base", synthetic_prompts("repetitive", count=8),
+                    LoadShape(kind="concurrency", concurrency=2, num_requests=8))
+    assert summary.errors == 0
+    assert summary.acceptance is None
+    assert any("no spec-decode counters" in n for n in summary.notes)
+    # without speculation every chunk carries exactly one token
+    assert summary.tokens_per_chunk.max == 1
+    data = json.loads((tmp_path / "base" / "summary.json").read_text())
+    assert data["acceptance"] is None
+
+
+def test_foreign_traffic_on_the_server_is_detected(vllm_servers, tmp_path):
+    """A second client hitting the same server during a run contaminates the server-side figures."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    server = vllm_servers["baseline"]
+    out = tmp_path / "run"
+    intruder_script = (
+        "import json, sys, urllib.request\n"
+        "body = json.dumps({'model': sys.argv[2], 'prompt': 'hello', 'max_tokens': 16}).encode()\n"
+        "for _ in range(3):\n"
+        "    req = urllib.request.Request(sys.argv[1] + '/v1/completions', body, {'Content-Type': 'application/json'})\n"
+        "    urllib.request.urlopen(req, timeout=60).read()\n"
+    )
+
+    def intruder():
+        # start once the run's time origin is set (run.json is written then), from another process
+        deadline = time.monotonic() + 60
+        while not (out / "run.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run([sys.executable, "-c", intruder_script, server.base_url, SERVED_NAME], check=True, timeout=60)
+
+    t = threading.Thread(target=intruder)
+    t.start()
+    summary = bench(server, out, synthetic_prompts("random", count=6), LoadShape(kind="constant", rate=1.0, num_requests=6))
+    t.join()
+    assert any("foreign traffic" in w for w in summary.warnings), summary.warnings
