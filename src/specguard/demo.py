@@ -50,6 +50,8 @@ def run_demo(out_dir: Path, num_requests: int = 24, rate: float = 2.0, prompts: 
                 out_dir=out_dir / kind,
             )
             summaries[kind] = run_async(run_bench(cfg))
+            # Two CPU servers share two cores: the next run gets the machine to itself.
+            server.stop()
     finally:
         for s in servers.values():
             s.stop()

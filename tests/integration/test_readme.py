@@ -1,0 +1,97 @@
+"""The README stays true: its commands exist with the flags it shows, and the main ones run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specguard.embedded.servers import SERVED_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def readme_commands() -> list[list[str]]:
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        text = block.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = line.split("#")[0].strip()
+            if line:
+                cmds.append(shlex.split(line))
+    return cmds
+
+
+def help_text(*sub: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "specguard", *sub, "--help"], capture_output=True, text=True,
+                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    first = readme_commands()[:2]
+    assert first == [["make", "demo"], ["make", "test"]]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "\nmake test\n" in ci
+    make = (ROOT / "Makefile").read_text()
+    assert ".venv/bin/specguard demo" in make and ".venv/bin/python -m pytest" in make
+
+
+def test_every_specguard_command_in_the_readme_exists_with_its_flags():
+    seen = 0
+    for cmd in readme_commands():
+        if cmd[0] != "specguard":
+            continue
+        words = [w for w in cmd[1:] if not w.startswith("-")]
+        sub = [w for w in words[:2] if w in ("bench", "summary", "demo", "embedded", "install", "models", "serve")]
+        text = help_text(*sub)
+        for flag in (w for w in cmd if w.startswith("--")):
+            assert flag in text, f"{' '.join(cmd)}: {flag} is not an option of specguard {' '.join(sub)}"
+        seen += 1
+    assert seen >= 6
+
+
+@pytest.mark.vllm
+def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
+    """The README's bench line, pointed at the embedded server and shortened to 10 requests."""
+    bench = next(c for c in readme_commands() if c[:2] == ["specguard", "bench"])
+    args = bench[2:]
+    out = tmp_path / "steady"
+    replace = {"--base-url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out),
+               "--num-requests": "10"}
+    for i, a in enumerate(args):
+        if a in replace:
+            args[i + 1] = replace[a]
+    r = subprocess.run([sys.executable, "-m", "specguard", "bench", *args, "--quiet"], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == 10 and summary["errors"] == 0
+    assert set(summary["segments"]) <= {"extraction", "summarization", "chat", "code"}
+    for cmd in (c for c in readme_commands() if c[:2] == ["specguard", "summary"]):
+        r = subprocess.run([sys.executable, "-m", "specguard", "summary", str(out), *cmd[3:]], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "ITL" in r.stdout or json.loads(r.stdout)["requests"] == 10
+
+
+@pytest.mark.vllm
+def test_make_demo_runs_the_main_job(tmp_path):
+    """`make demo`, exactly as the README says: two real servers, both summaries side by side."""
+    r = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                       env={**__import__("os").environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "baseline" in r.stdout and "ngram" in r.stdout
+    assert "off (no counters)" in r.stdout  # the baseline has no spec-decode counters
+    runs = sorted((ROOT / "runs" / "demo").iterdir())[-1]
+    ngram = json.loads((runs / "ngram" / "summary.json").read_text())
+    base = json.loads((runs / "baseline" / "summary.json").read_text())
+    assert ngram["acceptance"]["rate"] > 0 and ngram["tokens_per_chunk"]["max"] > 1
+    assert base["acceptance"] is None and base["errors"] == 0 and ngram["errors"] == 0
