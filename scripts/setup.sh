@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 pick_python() {
     for py in "${PYTHON:-}" python3.12 python3.11 python3; do
         [ -n "$py" ] || continue
-        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
             echo "$py"; return 0
         fi
     done

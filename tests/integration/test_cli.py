@@ -103,3 +103,38 @@ def test_api_key_is_sent_but_never_written(scripted, tmp_path, monkeypatch):
     for f in out.iterdir():
         assert secret not in f.read_text(), f.name
     assert secret not in proc.stdout + proc.stderr
+
+
+def _word_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "x": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    d = tmp_path / "tok"
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    return d
+
+
+def test_without_server_usage_the_local_tokenizer_counts_and_the_source_is_recorded(scripted, tmp_path):
+    # chunks carry 1, 3, 1, 3 words "x"; the server reports usage only at the end
+    server = scripted(ttft_ms=5, interval_ms=5, chunks=4, tokens_pattern=[1, 3], usage="final")
+    out = tmp_path / "tok-run"
+    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", "synthetic:random",
+                  "--out", str(out), "--num-requests", "2", "--tokenizer", str(_word_tokenizer(tmp_path)), "--quiet")
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert all(x["token_source"] == "local_tokenizer" and x["chunk_tokens"] == [1, 3, 1, 3] for x in recs)
+    assert all(x["output_tokens"] == 8 for x in recs)  # the server's final count still wins for the total
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["token_sources"] == {"local_tokenizer": 2}
+    assert any("not the server's" in w for w in summary["warnings"])
+
+    # no usage at all and no tokenizer: one token per chunk, said so
+    bare = scripted(ttft_ms=5, interval_ms=5, chunks=4, tokens_pattern=[1, 3], usage="none")
+    out2 = tmp_path / "bare-run"
+    r = specguard("bench", "--base-url", bare.base_url, "--model", "scripted", "--prompts", "synthetic:random",
+                  "--out", str(out2), "--num-requests", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (out2 / "requests.jsonl").read_text().splitlines()]
+    assert all(x["token_source"] == "chunk_count" and x["chunk_tokens"] == [1, 1, 1, 1] for x in recs)

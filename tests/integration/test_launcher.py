@@ -13,6 +13,7 @@ import pytest
 
 from specguard.embedded.servers import embedded_server, embedded_spec
 from specguard.vllm.process import ManagedServer, ServerStartError
+from tests.helpers import sigint_default
 
 pytestmark = pytest.mark.vllm
 
@@ -52,7 +53,7 @@ def _serve(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
     log = tmp_path / f"{name}.out"
     fh = log.open("w")
     proc = subprocess.Popen([sys.executable, "-m", "specguard", "embedded", "serve", "--method", "baseline"],
-                            stdout=fh, stderr=subprocess.STDOUT, text=True)
+                            stdout=fh, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
     return proc, log
 
 

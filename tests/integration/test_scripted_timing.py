@@ -22,6 +22,7 @@ from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo
 from specguard.results.store import load_run
+from tests.helpers import sigint_default
 
 
 def bench_cfg(server, out: Path, load: LoadShape, **kw) -> BenchConfig:
@@ -68,7 +69,12 @@ def test_server_killed_mid_run_gives_error_records_and_keeps_earlier_ones(script
     before_kill: list[dict] = []
 
     def killer() -> None:
-        time.sleep(1.2)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            path = out / "requests.jsonl"
+            if path.exists() and len(path.read_text().splitlines()) >= 10:
+                break
+            time.sleep(0.02)
         lines = (out / "requests.jsonl").read_text().splitlines()
         before_kill.extend(json.loads(x) for x in lines)
         server.kill()
@@ -95,14 +101,18 @@ def test_server_killed_mid_run_gives_error_records_and_keeps_earlier_ones(script
     assert any(not s.ok for s in samples)
 
 
+def bench_cli(server, out: Path, *load: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
+         "--prompts", "synthetic:random", "--out", str(out), *load, "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
+    )
+
+
 def test_ctrl_c_keeps_completed_records_and_writes_summary(scripted, tmp_path):
     server = scripted(ttft_ms=20, interval_ms=30, chunks=10)
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-         "--prompts", "synthetic:random", "--out", str(out), "--rate", "10", "--num-requests", "200", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = bench_cli(server, out, "--rate", "10", "--num-requests", "200")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if (out / "requests.jsonl").exists() and len((out / "requests.jsonl").read_text().splitlines()) >= 10:
@@ -126,11 +136,7 @@ def test_ctrl_c_keeps_completed_records_and_writes_summary(scripted, tmp_path):
 def test_sigterm_behaves_like_ctrl_c(scripted, tmp_path):
     server = scripted(ttft_ms=20, interval_ms=30, chunks=10)
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-         "--prompts", "synthetic:random", "--out", str(out), "--concurrency", "4", "--duration", "60", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = bench_cli(server, out, "--concurrency", "4", "--duration", "60")
     time.sleep(3)
     os.kill(proc.pid, signal.SIGTERM)
     proc.communicate(timeout=30)

@@ -106,3 +106,20 @@ def test_foreign_traffic_on_the_server_is_detected(vllm_servers, tmp_path):
     summary = bench(server, out, synthetic_prompts("random", count=6), LoadShape(kind="constant", rate=1.0, num_requests=6))
     t.join()
     assert any("foreign traffic" in w for w in summary.warnings), summary.warnings
+
+
+def test_chat_endpoint_on_real_vllm(vllm_servers, tmp_path):
+    """The chat API: the role-only first chunk carries no tokens and does not count as the first token."""
+    cfg = BenchConfig(base_url=vllm_servers["ngram"].base_url, model=SERVED_NAME, api="chat",
+                      prompts=synthetic_prompts("repetitive", count=4),
+                      load=LoadShape(kind="idle", num_requests=4),
+                      sampling=SamplingOverrides(temperature=0.0, max_tokens=32),
+                      metrics_url=vllm_servers["ngram"].metrics_url, out_dir=tmp_path / "chat")
+    summary = run_async(run_bench(cfg))
+    assert summary.errors == 0
+    _, records, _ = load_run(tmp_path / "chat")
+    for r in records:
+        assert r.token_source == "server_usage" and all(n > 0 for n in r.chunk_tokens)
+        assert sum(r.chunk_tokens) == r.output_tokens > 0
+        assert r.prompt_tokens and r.prompt_tokens > 0
+    assert summary.acceptance is not None and summary.acceptance.drafts > 0

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specguard.loadgen.arrivals import arrival_times, load_shape_kind, prompt_order
+from specguard.loadgen.arrivals import arrival_times, load_shape_from_options, prompt_order
 
 
 def gaps(kind, n=20000, **kw):
@@ -69,12 +69,17 @@ def test_prompt_order_is_seeded_permutation_passes():
     assert [next(again) for _ in range(10)] == first
 
 
-def test_load_shape_kind_rules():
-    assert load_shape_kind(None, "poisson", None, None) == "idle"
-    assert load_shape_kind(2.0, "gamma", None, None) == "gamma"
-    assert load_shape_kind(None, "poisson", 4, None) == "concurrency"
-    assert load_shape_kind(None, "poisson", None, 8) == "burst"
+def test_load_shape_from_options_rules():
+    assert load_shape_from_options(num_requests=3).kind == "idle"
+    g = load_shape_from_options(rate=2.0, arrival="gamma", burstiness=0.5, num_requests=3)
+    assert (g.kind, g.burstiness) == ("gamma", 0.5)
+    assert load_shape_from_options(rate=2.0, burstiness=0.5, num_requests=3).burstiness is None  # poisson
+    assert load_shape_from_options(concurrency=4, duration_s=5).kind == "concurrency"
+    b = load_shape_from_options(burst=8)
+    assert (b.kind, b.num_requests) == ("burst", 8)
     with pytest.raises(ValueError, match="only one"):
-        load_shape_kind(1.0, "poisson", 2, None)
+        load_shape_from_options(rate=1.0, concurrency=2, num_requests=1)
     with pytest.raises(ValueError, match="--arrival"):
-        load_shape_kind(1.0, "uniform", None, None)
+        load_shape_from_options(rate=1.0, arrival="uniform", num_requests=1)
+    with pytest.raises(ValueError, match="--num-requests"):
+        load_shape_from_options(rate=1.0)

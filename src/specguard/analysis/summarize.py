@@ -130,7 +130,7 @@ def summarize(
         preemptions=preempt,
         finished_by_reason=finished,
         server_generation_tokens=gen_tokens,
-        token_sources=dict(sources),
+        token_sources={str(k): v for k, v in sources.items()},
         segments=dict(Counter(r.segment for r in records)),
         scrape_gaps=gaps_count,
         notes=notes,

@@ -171,13 +171,3 @@ def ensure_runtime(
     rt = inspect_runtime(python, repair=True, log=log)
     (venv / MANIFEST).write_text(rt.model_dump_json(indent=2))
     return rt
-
-
-def external_runtime(path: Path) -> VllmRuntime:
-    """A vLLM the user already has: a python interpreter, or a ``vllm`` executable beside one."""
-    python = path
-    if path.name.startswith("vllm"):
-        python = path.parent / "python"
-    if not python.exists():
-        raise RuntimeSetupError(f"{path}: no python interpreter found for this vLLM (looked for {python})")
-    return inspect_runtime(python, repair=False)

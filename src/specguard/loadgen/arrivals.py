@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from specguard.results.models import LoadShape
+
 OPEN_LOOP = ("constant", "poisson", "gamma", "burst")
 
 
@@ -66,19 +68,43 @@ def prompt_order(n_items: int, seed: int = 0) -> Iterator[int]:
         yield from (int(i) for i in rng.permutation(n_items))
 
 
-def load_shape_kind(
-    rate: float | None, arrival: str, concurrency: int | None, burst: int | None
-) -> str:
-    """The load shape a bench command line asks for; exactly one of rate, concurrency or burst (or none: idle)."""
+def load_shape_from_options(
+    *,
+    rate: float | None = None,
+    arrival: str = "poisson",
+    burstiness: float = 1.0,
+    concurrency: int | None = None,
+    burst: int | None = None,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    warmup_requests: int = 0,
+    seed: int = 0,
+) -> LoadShape:
+    """The load shape a bench command line asks for: exactly one of rate, concurrency or burst (none: idle).
+
+    Raises ValueError naming the flags when they do not make one shape.
+    """
     given = [name for name, v in (("--rate", rate), ("--concurrency", concurrency), ("--burst", burst)) if v is not None]
     if len(given) > 1:
         raise ValueError(f"give only one of --rate, --concurrency, --burst (got {', '.join(given)})")
     if rate is not None:
         if arrival not in ("poisson", "constant", "gamma"):
             raise ValueError(f"--arrival must be poisson, constant or gamma (got {arrival})")
-        return arrival
-    if concurrency is not None:
-        return "concurrency"
-    if burst is not None:
-        return "burst"
-    return "idle"
+        kind = arrival
+    else:
+        kind = "concurrency" if concurrency is not None else "burst" if burst is not None else "idle"
+    if kind == "burst" and num_requests is None:
+        num_requests = burst
+    if num_requests is None and duration_s is None:
+        raise ValueError("give --num-requests and/or --duration")
+    return LoadShape(
+        kind=kind,  # type: ignore[arg-type]
+        rate=rate,
+        burstiness=burstiness if kind == "gamma" else None,
+        concurrency=concurrency,
+        burst=burst,
+        num_requests=num_requests,
+        duration_s=duration_s,
+        warmup_requests=warmup_requests,
+        seed=seed,
+    )

@@ -25,12 +25,11 @@ from specguard import __version__
 from specguard.analysis.summarize import ClientLagLimits, summarize
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
-from specguard.loadgen.recorder import FinishedStream, Progress, Recorder
 from specguard.loadgen.prompts import PromptSet
+from specguard.loadgen.recorder import FinishedStream, Progress, Recorder
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
-
 
 T = TypeVar("T")
 
@@ -116,7 +115,8 @@ class _Run:
         for _ in range(self.cfg.load.warmup_requests):
             item = self.cfg.prompts.items[next(order)]
             body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
-            await stream_request(session, self.url, self.cfg.api, body, self.headers, self.cfg.request_timeout_s, time.monotonic())
+            timeout = self.cfg.request_timeout_s
+            await stream_request(session, self.url, self.cfg.api, body, self.headers, timeout, time.monotonic())
 
     async def monitor_loop_lag(self) -> None:
         period = 0.01

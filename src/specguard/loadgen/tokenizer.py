@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.loadgen.client import TokenCounter
+from specguard.loadgen.sse import TokenCounter
 
 
 def local_token_counter(tokenizer_dir: Path) -> TokenCounter:

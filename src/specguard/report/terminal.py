@@ -10,7 +10,7 @@ from rich.table import Table
 
 from specguard.loadgen.recorder import Progress as RecordProgress
 from specguard.loadgen.runner import ProgressSink
-from specguard.results.models import Percentiles, Summary
+from specguard.results.models import GaugeSeries, Percentiles, Summary
 
 _LATENCY_ROWS = [
     ("TTFT (ms)", "ttft_ms"),
@@ -60,10 +60,10 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
     return table
 
 
-def _gauge(g: object) -> str:
+def _gauge(g: GaugeSeries | None) -> str:
     if g is None:
         return "-"
-    return f"{_fmt(getattr(g, 'mean'), 3)} / {_fmt(getattr(g, 'max'), 3)}"
+    return f"{_fmt(g.mean, 3)} / {_fmt(g.max, 3)}"
 
 
 def print_summaries(console: Console, columns: dict[str, Summary], title: str = "specguard summary") -> None:

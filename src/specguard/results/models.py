@@ -9,14 +9,14 @@ A run directory holds:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RUN_SCHEMA = "specguard.run/1"
-REQUEST_SCHEMA = "specguard.request/1"
-METRICS_SCHEMA = "specguard.server_metrics/1"
-SUMMARY_SCHEMA = "specguard.summary/1"
+RUN_SCHEMA: Final = "specguard.run/1"
+REQUEST_SCHEMA: Final = "specguard.request/1"
+METRICS_SCHEMA: Final = "specguard.server_metrics/1"
+SUMMARY_SCHEMA: Final = "specguard.summary/1"
 
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 

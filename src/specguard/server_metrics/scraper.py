@@ -11,8 +11,8 @@ server_metrics.jsonl between the parent's "before" and "after" lines.
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
+import os
 import signal
 import subprocess
 import sys

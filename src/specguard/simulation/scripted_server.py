@@ -30,6 +30,7 @@ class Script(BaseModel):
     flood: bool = False
     flood_batch: int = 16
     metrics: str = "new"  # new | old | none | garbage
+    usage: str = "continuous"  # continuous (every chunk) | final (last event only) | none
 
 
 class ChunkLog(BaseModel):
@@ -87,7 +88,7 @@ class ScriptedServer:
                 await asyncio.sleep(delay)
             k = s.tokens_pattern[i % len(s.tokens_pattern)]
             total += k
-            text = "x" * k
+            text = " ".join(["x"] * k)
             choice: dict[str, Any] = (
                 {"index": 0, "delta": {"content": text}, "finish_reason": None}
                 if chat
@@ -95,12 +96,16 @@ class ScriptedServer:
             )
             if i == n - 1:
                 choice["finish_reason"] = "length"
-            event = {"id": rid, "choices": [choice], "usage": {"prompt_tokens": 8, "completion_tokens": total}}
+            event: dict[str, Any] = {"id": rid, "choices": [choice]}
+            if s.usage == "continuous":
+                event["usage"] = {"prompt_tokens": 8, "completion_tokens": total}
             await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
             sent.append(time.monotonic())
             tokens.append(k)
-        final = {"id": rid, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": total}}
-        await resp.write(b"data: " + json.dumps(final).encode() + b"\n\ndata: [DONE]\n\n")
+        if s.usage != "none":
+            final = {"id": rid, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": total}}
+            await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         self.finished += 1
         self.generated += total
