@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from specguard.loadgen.client import StreamResult
-from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts, parse_stream
+from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts
 from specguard.results.models import RequestRecord
 from specguard.results.store import JsonlAppender
 
@@ -87,11 +87,6 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         temperature=f.body.get("temperature"),
         max_tokens=f.body.get("max_tokens"),
     )
-
-
-def record_of(f: FinishedStream, api: str, tokenizer: TokenCounter | None = None) -> RequestRecord:
-    """The record of a finished stream whose reads are all in ``f.result.pieces``."""
-    return to_record(f, parse_stream(f.result.pieces, api), tokenizer)
 
 
 class Recorder:
