@@ -161,6 +161,34 @@ def summary(
 
 
 @app.command()
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="Run directory of the baseline arm.")],
+    candidate: Annotated[Path, typer.Argument(help="Run directory of the candidate arm.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    seed: Annotated[int, typer.Option(help="Seeds the bootstrap.")] = 0,
+) -> None:
+    """Compare two bench runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable."""
+    from specguard.analysis.compare import compare_runs
+    from specguard.report.terminal import print_comparison
+    from specguard.results.store import RunDirError, load_run
+
+    try:
+        a = load_run(baseline)
+        b = load_run(candidate)
+    except RunDirError as exc:
+        _fail(str(exc))
+    result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
+    if json_out:
+        print(result.model_dump_json(indent=2))
+    else:
+        print_comparison(Console(), result)
+    if not result.comparable:
+        if not json_out:
+            err.print("[red]error:[/red] the runs differ in more than the arm; refusing to compare", highlight=False)
+        raise typer.Exit(2)
+
+
+@app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Directory for both runs and the server logs.")] = Path("runs/demo"),
     num_requests: Annotated[int, typer.Option(help="Measured requests per server.")] = 24,

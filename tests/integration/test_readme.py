@@ -50,7 +50,7 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
         if cmd[0] != "specguard":
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
-        sub = [w for w in words[:2] if w in ("bench", "summary", "demo", "embedded", "install", "models", "serve")]
+        sub = [w for w in words[:2] if w in ("bench", "summary", "compare", "demo", "embedded", "install", "models", "serve")]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):
             assert flag in text, f"{' '.join(cmd)}: {flag} is not an option of specguard {' '.join(sub)}"

@@ -123,3 +123,24 @@ def test_chat_endpoint_on_real_vllm(vllm_servers, tmp_path):
         assert sum(r.chunk_tokens) == r.output_tokens > 0
         assert r.prompt_tokens and r.prompt_tokens > 0
     assert summary.acceptance is not None and summary.acceptance.drafts > 0
+
+
+def test_compare_baseline_and_ngram_runs_of_the_same_workload(vllm_servers, tmp_path):
+    from specguard.analysis.compare import compare_runs
+
+    load = LoadShape(kind="constant", rate=3.0, num_requests=12, seed=2)
+    prompts = synthetic_prompts("repetitive", count=12)
+    runs = {}
+    for arm in ("baseline", "ngram"):
+        bench(vllm_servers[arm], tmp_path / arm, prompts, load)
+        info, records, _ = load_run(tmp_path / arm)
+        runs[arm] = (info, records)
+    result = compare_runs("baseline", runs["baseline"], "ngram", runs["ngram"])
+    assert result.comparable, result.differences
+    summaries = {arm: json.loads((tmp_path / arm / "summary.json").read_text()) for arm in runs}
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms"):
+        cell = result.metrics[metric]["p50"]
+        # the comparison's point estimates are the run summaries' own percentiles
+        assert cell.baseline == pytest.approx(summaries["baseline"][metric]["p50"])
+        assert cell.candidate == pytest.approx(summaries["ngram"][metric]["p50"])
+        assert cell.ci_low <= cell.ratio <= cell.ci_high

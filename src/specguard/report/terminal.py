@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from specguard.analysis.compare import Comparison
 from specguard.loadgen.recorder import Progress as RecordProgress
 from specguard.loadgen.runner import ProgressSink
 from specguard.results.models import GaugeSeries, Percentiles, Summary
@@ -74,6 +75,24 @@ def print_summaries(console: Console, columns: dict[str, Summary], title: str = 
         for warning in summ.warnings:
             console.print(f"[yellow]warning[/yellow] {name}: {warning}")
     console.print("Definitions: ITL is per token (a chunk's gap spread over its tokens); see summary.json 'definitions'.")
+
+
+def print_comparison(console: Console, result: Comparison) -> None:
+    if not result.comparable:
+        console.print(f"[red]not comparable[/red]: {result.baseline} vs {result.candidate}")
+        for d in result.differences:
+            console.print(f"  differs: {d}")
+        return
+    table = Table(title=f"candidate / baseline: {result.candidate} vs {result.baseline}")
+    for col in ("metric", "pct", "baseline", "candidate", "ratio", "95% CI", "Mann-Whitney p", "samples"):
+        table.add_column(col, justify="left" if col in ("metric", "pct") else "right")
+    for metric, by_q in result.metrics.items():
+        for name, r in by_q.items():
+            samples = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
+            table.add_row(metric, name, _fmt(r.baseline), _fmt(r.candidate), _fmt(r.ratio, 3),
+                          f"{_fmt(r.ci_low, 3)} - {_fmt(r.ci_high, 3)}", _fmt(r.mann_whitney_p, 4), samples)
+    console.print(table)
+    console.print("ratio < 1: the candidate is faster. " + result.definitions["ci_low/ci_high"] + ".")
 
 
 class RichProgress(ProgressSink):

@@ -1,0 +1,127 @@
+"""Two bench runs, baseline and candidate, compared metric by metric with intervals. Pure.
+
+Two runs are comparable only when they differ in nothing but the arm: the
+same prompts, load shape, sampling, API and model name. The server (URL,
+version, speculative config) is what is being compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from specguard.analysis.request_metrics import per_token_itl, tpot
+from specguard.analysis.statistics import Repetition, compare_percentile
+from specguard.results.models import RequestRecord, RunInfo
+
+COMPARE_SCHEMA = "specguard.compare/1"
+METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+
+class RatioResult(BaseModel):
+    baseline: float
+    candidate: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n_baseline: int
+    n_candidate: int
+    enough_samples: bool
+    more_requests_needed: int
+    mann_whitney_p: float | None
+    prob_candidate_lower: float | None
+    repetition_spread_widened: bool
+
+
+class Comparison(BaseModel):
+    schema_version: str = COMPARE_SCHEMA
+    comparable: bool
+    differences: list[str]
+    baseline: str
+    candidate: str
+    ttft_ms: dict[str, RatioResult] | None = None
+    itl_ms: dict[str, RatioResult] | None = None
+    tpot_ms: dict[str, RatioResult] | None = None
+    e2e_ms: dict[str, RatioResult] | None = None
+    definitions: dict[str, str] = {
+        "ratio": "candidate / baseline of the percentile; below 1 means the candidate is faster",
+        "ci_low/ci_high": "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions",
+        "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
+        "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
+        "more_requests_needed": "requests per arm that would narrow the interval to +-10 % at the observed spread",
+    }
+
+    @property
+    def metrics(self) -> dict[str, dict[str, RatioResult]]:
+        return {m: v for m in METRICS if (v := getattr(self, m)) is not None}
+
+
+def differences(a: RunInfo, b: RunInfo) -> list[str]:
+    """What, besides the arm, differs between two runs."""
+    out = []
+    for field in ("prompt_source", "prompt_count", "api", "model"):
+        va, vb = getattr(a, field), getattr(b, field)
+        if va != vb:
+            out.append(f"{field}: {va!r} vs {vb!r}")
+    la, lb = a.load.model_dump(), b.load.model_dump()
+    out += [f"load.{k}: {la[k]!r} vs {lb[k]!r}" for k in la if la[k] != lb[k]]
+    sa, sb = a.sampling.model_dump(), b.sampling.model_dump()
+    out += [f"sampling.{k}: {sa[k]!r} vs {sb[k]!r}" for k in sa if sa[k] != sb[k]]
+    return out
+
+
+def metric_values(records: Sequence[RequestRecord], metric: str) -> Repetition:
+    """Per successful request, its values of ``metric`` in milliseconds (several for per-token ITL)."""
+    out: list[list[float]] = []
+    for r in records:
+        if not r.ok:
+            continue
+        if metric == "ttft_ms" and r.ttft_s is not None:
+            out.append([r.ttft_s * 1000])
+        elif metric == "e2e_ms" and r.e2e_s is not None:
+            out.append([r.e2e_s * 1000])
+        elif metric == "tpot_ms":
+            v = tpot(r.ttft_s, r.e2e_s, r.output_tokens)
+            if v is not None:
+                out.append([v * 1000])
+        elif metric == "itl_ms":
+            itl = per_token_itl(r.chunk_times_s, r.chunk_tokens)
+            if itl:
+                out.append([x * 1000 for x in itl])
+    return out
+
+
+def compare_repetitions(
+    base: Sequence[Sequence[RequestRecord]],
+    cand: Sequence[Sequence[RequestRecord]],
+    *,
+    seed: int = 0,
+    resamples: int = 2000,
+) -> dict[str, dict[str, RatioResult]]:
+    """Every metric x percentile: candidate/baseline with interval, over one or more repetitions per arm."""
+    out: dict[str, dict[str, RatioResult]] = {}
+    for metric in METRICS:
+        b = [metric_values(rep, metric) for rep in base]
+        c = [metric_values(rep, metric) for rep in cand]
+        out[metric] = {}
+        for name, q in QUANTILES.items():
+            est = compare_percentile(b, c, q, seed=seed, resamples=resamples)
+            out[metric][name] = RatioResult(**{k: v for k, v in est.__dict__.items() if k != "q"})
+    return out
+
+
+def compare_runs(
+    base_name: str, base: tuple[RunInfo, Sequence[RequestRecord]],
+    cand_name: str, cand: tuple[RunInfo, Sequence[RequestRecord]],
+    seed: int = 0,
+) -> Comparison:
+    diffs = differences(base[0], cand[0])
+    if diffs:
+        return Comparison(comparable=False, differences=diffs, baseline=base_name, candidate=cand_name)
+    m = compare_repetitions([base[1]], [cand[1]], seed=seed)
+    return Comparison(
+        comparable=True, differences=[], baseline=base_name, candidate=cand_name,
+        ttft_ms=m["ttft_ms"], itl_ms=m["itl_ms"], tpot_ms=m["tpot_ms"], e2e_ms=m["e2e_ms"],
+    )

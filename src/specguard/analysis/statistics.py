@@ -1,0 +1,218 @@
+"""Comparing two arms: percentile ratios with bootstrap intervals, a rank test, sample-size rules. Pure.
+
+The unit of resampling is the request. A metric with one value per request
+(TTFT, TPOT, E2E) is resampled directly; per-token ITL is resampled by
+request too (a request's tokens travel together), which respects that tokens
+of one request are not independent. Resampling is stratified by repetition:
+each bootstrap replicate draws, within every repetition, as many requests as
+that repetition has. Replicates are computed as weighted percentiles over the
+sorted values (a request's weight is how often it was drawn), with the same
+linear interpolation as ``numpy.percentile`` and the run summaries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+# One repetition: one list of values per request (a single value for per-request metrics).
+Repetition = Sequence[Sequence[float]]
+
+DEFAULT_RESAMPLES = 2000
+MIN_TAIL_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """candidate / baseline for one percentile of one metric."""
+
+    q: float
+    baseline: float
+    candidate: float
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n_baseline: int
+    n_candidate: int
+    enough_samples: bool
+    more_requests_needed: int
+    mann_whitney_p: float | None
+    prob_candidate_lower: float | None
+    repetition_spread_widened: bool
+
+
+def min_samples(q: float, min_tail: int = MIN_TAIL_SAMPLES) -> int:
+    """Observations needed before the q-quantile means anything: ``min_tail`` of them beyond it."""
+    return math.ceil(min_tail / (1.0 - q)) if q < 1 else 10**9
+
+
+def weighted_percentile_rows(sorted_values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:
+    """The q-quantile of each row's multiset: value i repeated weights[row, i] times, linear interpolation.
+
+    Equals ``numpy.percentile(multiset, 100 q)`` for integer weights.
+    """
+    cum = np.cumsum(weights, axis=1)
+    total = cum[:, -1]
+    h = (total - 1) * q
+    k0 = np.floor(h)
+    frac = h - k0
+    k1 = np.minimum(k0 + 1, total - 1)
+    # order statistic k (0-based) is the first value whose cumulative weight exceeds k
+    i0 = (cum <= k0[:, None]).sum(axis=1)
+    i1 = (cum <= k1[:, None]).sum(axis=1)
+    v0 = sorted_values[i0]
+    v1 = sorted_values[i1]
+    return v0 + frac * (v1 - v0)
+
+
+def _flatten(reps: Sequence[Repetition]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Values, the request each belongs to, and the request indices of each repetition."""
+    values: list[float] = []
+    owner: list[int] = []
+    strata: list[np.ndarray] = []
+    req = 0
+    for rep in reps:
+        ids = []
+        for request_values in rep:
+            if len(request_values) == 0:
+                continue
+            values.extend(request_values)
+            owner.extend([req] * len(request_values))
+            ids.append(req)
+            req += 1
+        strata.append(np.asarray(ids, dtype=np.int64))
+    return np.asarray(values, dtype=float), np.asarray(owner, dtype=np.int64), strata
+
+
+def bootstrap_percentile(
+    reps: Sequence[Repetition], q: float, resamples: int, rng: np.random.Generator
+) -> tuple[float, np.ndarray, int]:
+    """Point estimate, bootstrap replicates and request count of the q-quantile of pooled repetitions."""
+    values, owner, strata = _flatten(reps)
+    n_requests = int(sum(len(s) for s in strata))
+    if values.size == 0:
+        return math.nan, np.full(resamples, math.nan), 0
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    sorted_owner = owner[order]
+    # How often each request is drawn, stratum by stratum: multinomial(n, uniform) is n draws with replacement.
+    counts = np.zeros((resamples, n_requests), dtype=np.int32)
+    for ids in strata:
+        if len(ids):
+            counts[:, ids] = rng.multinomial(len(ids), np.full(len(ids), 1.0 / len(ids)), size=resamples)
+    replicates = np.empty(resamples)
+    rows = max(1, 20_000_000 // max(values.size, 1))  # bound memory: rows x values weights at a time
+    for start in range(0, resamples, rows):
+        weights = counts[start : start + rows][:, sorted_owner]
+        replicates[start : start + rows] = weighted_percentile_rows(sorted_values, weights, q)
+    return float(np.percentile(values, 100 * q)), replicates, n_requests
+
+
+def _per_request_summary(reps: Sequence[Repetition]) -> np.ndarray:
+    """One number per request for the rank test: its own value, or the mean of its per-token values."""
+    return np.asarray([float(np.mean(r)) for rep in reps for r in rep if len(r) > 0])
+
+
+def _repetition_log_ratios(base: Sequence[Repetition], cand: Sequence[Repetition], q: float) -> list[float] | None:
+    """log(candidate/baseline) of the q-quantile per repetition, pairing repetitions in run order."""
+    pairs = min(len(base), len(cand))
+    if pairs < 2:
+        return None
+    logs = []
+    for b, c in zip(base[:pairs], cand[:pairs]):
+        bv = [x for r in b for x in r]
+        cv = [x for r in c for x in r]
+        if not bv or not cv:
+            return None
+        pb, pc = np.percentile(bv, 100 * q), np.percentile(cv, 100 * q)
+        if pb <= 0 or pc <= 0:
+            return None
+        logs.append(math.log(pc / pb))
+    return logs
+
+
+def repetitions_disagree(logs: Sequence[float], pooled_se_log: float) -> bool:
+    """Cochran's Q: do per-repetition log-ratios scatter more than request-level noise explains (p < 0.05)?
+
+    Each repetition holds 1/R of the requests, so its own standard error is
+    about the pooled one times sqrt(R).
+    """
+    r = len(logs)
+    if r < 2 or pooled_se_log <= 0:
+        return False
+    se_single = pooled_se_log * math.sqrt(r)
+    q_stat = float(np.sum((np.asarray(logs) - np.mean(logs)) ** 2)) / se_single**2
+    return float(stats.chi2.sf(q_stat, r - 1)) < 0.05
+
+
+def compare_percentile(
+    base: Sequence[Repetition],
+    cand: Sequence[Repetition],
+    q: float,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    target_change: float = 0.10,
+    min_tail: int = MIN_TAIL_SAMPLES,
+) -> RatioEstimate:
+    """candidate/baseline of the q-quantile with a 95 % percentile-bootstrap interval.
+
+    With two or more repetitions per arm, the between-repetition spread is
+    checked (``repetitions_disagree``); when the repetitions disagree more
+    than request-level noise explains, the interval is widened to also cover
+    a t-interval over the per-repetition ratios.
+    ``more_requests_needed`` is how many more requests per arm would, at the
+    observed spread, shrink the interval's half-width (in log-ratio) to
+    ``target_change``, so that a change of that size could be told apart.
+    """
+    rng = np.random.default_rng(seed)
+    pb, rb, nb = bootstrap_percentile(base, q, resamples, rng)
+    pc, rc, nc = bootstrap_percentile(cand, q, resamples, rng)
+    enough = nb >= min_samples(q, min_tail) and nc >= min_samples(q, min_tail)
+    if nb == 0 or nc == 0 or pb <= 0:
+        return RatioEstimate(q, pb, pc, math.nan, math.nan, math.nan, nb, nc, False, 0, None, None, False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = rc / rb
+    ratios = ratios[np.isfinite(ratios)]
+    lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
+    widened = False
+    logs = _repetition_log_ratios(base, cand, q)
+    positive = ratios[ratios > 0]
+    if logs is not None and positive.size > 1 and repetitions_disagree(logs, float(np.std(np.log(positive)))):
+        # Run-level interval: a t-interval over the repetitions' log-ratios, hulled with the bootstrap one.
+        mean = float(np.mean(logs))
+        half = float(stats.t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
+        lo, hi = min(lo, math.exp(mean - half)), max(hi, math.exp(mean + half))
+        widened = True
+    half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
+    target_log = math.log(1 + target_change)
+    n = min(nb, nc)
+    need = math.ceil(n * (half_log / target_log) ** 2) - n if math.isfinite(half_log) else 0
+    need = max(need, min_samples(q, min_tail) - n, 0)
+    mw_p: float | None = None
+    prob_lower: float | None = None
+    xb, xc = _per_request_summary(base), _per_request_summary(cand)
+    if len(xb) >= 2 and len(xc) >= 2:
+        res = stats.mannwhitneyu(xc, xb, alternative="two-sided")
+        mw_p = float(res.pvalue)
+        # U counts pairs where the candidate is larger; ties count half.
+        prob_lower = 1.0 - float(res.statistic) / (len(xb) * len(xc))
+    return RatioEstimate(
+        q=q,
+        baseline=pb,
+        candidate=pc,
+        ratio=pc / pb,
+        ci_low=lo,
+        ci_high=hi,
+        n_baseline=nb,
+        n_candidate=nc,
+        enough_samples=enough,
+        more_requests_needed=need,
+        mann_whitney_p=mw_p,
+        prob_candidate_lower=prob_lower,
+        repetition_spread_widened=widened,
+    )

@@ -1,0 +1,55 @@
+"""`specguard compare`: statistics over two stored runs, and refusal when they differ in more than the arm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def bench(server, out, *extra):
+    r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model",
+                        "scripted", "--prompts", "synthetic:random", "--out", str(out), "--concurrency", "8",
+                        "--num-requests", "120", "--seed", "4", "--quiet", *extra],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def compare(a, b, *extra):
+    return subprocess.run([sys.executable, "-m", "specguard", "compare", str(a), str(b), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_compare_finds_a_faster_candidate_with_intervals(scripted, tmp_path):
+    slow = scripted(ttft_ms=30, interval_ms=12, chunks=12)
+    fast = scripted(ttft_ms=30, interval_ms=6, chunks=12, tokens_pattern=[1, 2])
+    bench(slow, tmp_path / "base")
+    bench(fast, tmp_path / "cand")
+    r = compare(tmp_path / "base", tmp_path / "cand", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["comparable"] is True
+    for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        for q in ("p50", "p95", "p99"):
+            cell = out[metric][q]
+            assert {"ratio", "ci_low", "ci_high"} <= set(cell)
+    itl = out["itl_ms"]["p50"]
+    # 12 ms per token against 3 ms per token (6 ms chunks of 1 and 2 tokens): about 0.25 to 0.5
+    assert itl["ci_high"] < 0.6 and itl["ci_low"] <= itl["ratio"] <= itl["ci_high"]
+    assert out["e2e_ms"]["p50"]["ci_high"] < 1.0
+    assert out["ttft_ms"]["p50"]["ci_low"] < 1.15 and out["ttft_ms"]["p50"]["ci_high"] > 0.85  # same TTFT script
+    table = compare(tmp_path / "base", tmp_path / "cand")
+    assert table.returncode == 0 and "95% CI" in table.stdout
+
+
+def test_compare_refuses_runs_that_differ_in_more_than_the_arm(scripted, tmp_path):
+    server = scripted(ttft_ms=5, interval_ms=2, chunks=4)
+    bench(server, tmp_path / "a")
+    bench(server, tmp_path / "b", "--temperature", "0.7")
+    r = compare(tmp_path / "a", tmp_path / "b", "--json")
+    assert r.returncode == 2
+    out = json.loads(r.stdout)
+    assert out["comparable"] is False
+    assert any(d.startswith("sampling.temperature") for d in out["differences"])
+    r = compare(tmp_path / "a", tmp_path / "b")
+    assert r.returncode == 2 and "refusing to compare" in r.stderr and "sampling.temperature" in r.stdout
