@@ -1,0 +1,177 @@
+"""The check plan: what `specguard check` runs and how it decides. A YAML file validated by pydantic.
+
+Errors name the file, the key path and what was expected. API keys are never
+in the plan: an endpoint arm names the environment variable that holds one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.results.models import LoadShape
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LaunchSpec(_Strict):
+    """A vLLM server specguard starts itself. ``model: embedded:target`` uses the embedded model set."""
+
+    model: str
+    served_model_name: str | None = None
+    max_model_len: int | None = None
+    tensor_parallel_size: int = 1
+    dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    speculative_config: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    port: int | None = None
+    startup_timeout_s: float = 900.0
+
+
+class EndpointSpec(_Strict):
+    """A server that already runs."""
+
+    base_url: str
+    model: str
+    metrics_url: str | None = None
+    api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
+
+
+class Arm(_Strict):
+    launch: LaunchSpec | None = None
+    endpoint: EndpointSpec | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Arm:
+        if (self.launch is None) == (self.endpoint is None):
+            raise ValueError("an arm has exactly one of 'launch' or 'endpoint'")
+        return self
+
+
+class Arms(_Strict):
+    baseline: Arm
+    candidate: Arm
+
+
+class TrafficLevel(_Strict):
+    name: str
+    rate: float | None = Field(default=None, gt=0)
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0)
+    concurrency: int | None = Field(default=None, gt=0)
+    burst: int | None = Field(default=None, gt=0)
+    num_requests: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
+    target: bool = Field(default=False, description="the objective must improve at this level for a GO")
+
+    def load_shape(self, warmup: int, seed: int) -> LoadShape:
+        return load_shape_from_options(
+            rate=self.rate, arrival=self.arrival, burstiness=self.burstiness, concurrency=self.concurrency,
+            burst=self.burst, num_requests=self.num_requests, duration_s=self.duration_s,
+            warmup_requests=warmup, seed=seed,
+        )
+
+    @property
+    def offered_load(self) -> float:
+        """For ordering levels by load: requests per second, or requests in flight."""
+        return self.rate or float(self.concurrency or self.burst or 1)
+
+    @model_validator(mode="after")
+    def _shape_is_valid(self) -> TrafficLevel:
+        self.load_shape(0, 0)  # raises ValueError naming the flags
+        return self
+
+
+class SamplingSetting(_Strict):
+    name: str
+    temperature: float = Field(ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+
+class PromptSource(_Strict):
+    source: str = Field(description="a JSONL prompt file (relative to the plan) or synthetic:NAME")
+    count: int = Field(default=64, gt=0, description="items of a synthetic set")
+
+
+Metric = Literal["itl_ms", "tpot_ms", "e2e_ms", "ttft_ms", "output_tokens_per_s"]
+
+
+class Objective(_Strict):
+    metric: Metric = "itl_ms"
+    percentile: Literal["p50", "p95", "p99"] = "p95"
+    min_improvement: float = Field(default=0.10, ge=0, lt=1)
+
+
+class Guardrails(_Strict):
+    max_p99_e2e_regression: float = Field(default=0.05, ge=0)
+    max_p99_ttft_regression: float = Field(default=0.05, ge=0)
+    max_error_rate_increase: float = Field(default=0.01, ge=0)
+    max_preemption_increase: float = Field(default=0.0, ge=0)
+
+
+class Statistics(_Strict):
+    resamples: int = Field(default=2000, ge=100)
+    min_tail_samples: int = Field(default=5, ge=1, description="observations beyond a percentile before it counts")
+
+
+class CheckPlan(_Strict):
+    name: str = "check"
+    arms: Arms
+    order: Literal["interleaved", "blocked"] = "interleaved"
+    traffic: list[TrafficLevel] = Field(min_length=1)
+    sampling: list[SamplingSetting] = Field(min_length=1)
+    prompts: list[PromptSource] = Field(min_length=1)
+    repetitions: int = Field(default=3, ge=1)
+    warmup: int = Field(default=2, ge=0)
+    seed: int = 0
+    max_tokens: int = Field(default=64, gt=0)
+    api: Literal["completions", "chat"] = "completions"
+    objective: Objective = Objective()
+    guardrails: Guardrails = Guardrails()
+    statistics: Statistics = Statistics()
+
+    @model_validator(mode="after")
+    def _names_unique_and_a_target(self) -> CheckPlan:
+        for kind, names in (("traffic", [t.name for t in self.traffic]), ("sampling", [s.name for s in self.sampling])):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{kind} names must be unique (got {names})")
+        if not any(t.target for t in self.traffic):
+            raise ValueError("mark at least one traffic level 'target: true' (where the objective must improve)")
+        return self
+
+
+class PlanError(ValueError):
+    """A plan that cannot be used; the message names the file, the key and what was expected."""
+
+
+def load_plan(path: Path) -> CheckPlan:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise PlanError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: expected a mapping at the top level")
+    try:
+        plan = CheckPlan.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"{path}: key '{loc}': {msg}" if loc else f"{path}: {msg}")
+        raise PlanError("\n".join(lines)) from exc
+    # Prompt files are relative to the plan.
+    for p in plan.prompts:
+        if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():
+            p.source = str((path.parent / p.source).resolve())
+    return plan

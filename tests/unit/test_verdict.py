@@ -1,0 +1,108 @@
+"""The verdict as a decision table over synthetic cell results: every branch."""
+
+import pytest
+
+from specguard.analysis.compare import RatioResult
+from specguard.check.plan import Guardrails, Objective
+from specguard.check.verdict import CellComparison, Failure, decide
+
+
+def rr(ratio, lo, hi, enough=True, n=1000, more=0):
+    return RatioResult(baseline=10.0, candidate=10.0 * ratio, ratio=ratio, ci_low=lo, ci_high=hi, n_baseline=n,
+                       n_candidate=n, enough_samples=enough, more_requests_needed=more, mann_whitney_p=0.01,
+                       prob_candidate_lower=0.6, repetition_spread_widened=False)
+
+
+SAME = rr(1.0, 0.95, 1.05)
+
+
+def cell(obj=None, e2e=SAME, ttft=SAME, target=True, traffic="steady", load=2.0, err=(0.0, 0.0), pre=(0, 0),
+         segment="chat", **kw):
+    return CellComparison(traffic=traffic, offered_load=load, target=target, sampling="prod", segment=segment,
+                          objective=obj or rr(0.7, 0.6, 0.8), p99_e2e=e2e, p99_ttft=ttft,
+                          error_rate_baseline=err[0], error_rate_candidate=err[1],
+                          preemptions_baseline=pre[0], preemptions_candidate=pre[1], **kw)
+
+
+def run(cells, failures=()):
+    return decide(cells, Objective(), Guardrails(), failures)
+
+
+def test_go_when_the_objective_improves_significantly_and_nothing_regresses():
+    v = run([cell(), cell(target=False, traffic="burst", load=8, obj=SAME)])
+    assert v.verdict == "GO"
+    assert [line.status for line in v.lines] == ["better", "no detectable difference"]
+
+
+def test_improvement_without_significance_is_no_go():
+    v = run([cell(obj=rr(0.85, 0.7, 1.02))])
+    assert v.verdict == "NO-GO" and "no detectable improvement" in v.reasons[0]
+
+
+def test_significant_but_below_the_minimum_is_no_go():
+    v = run([cell(obj=rr(0.95, 0.92, 0.98))])
+    assert v.verdict == "NO-GO" and "less than the 10%" in v.reasons[0]
+
+
+def test_worse_objective_at_target_is_no_go():
+    v = run([cell(obj=rr(1.3, 1.2, 1.4))])
+    assert v.verdict == "NO-GO" and "is worse" in v.reasons[0]
+    assert v.lines[0].status == "worse"
+
+
+def test_tail_regression_at_any_level_is_no_go():
+    v = run([cell(), cell(target=False, traffic="burst", load=8, e2e=rr(1.4, 1.2, 1.6))])
+    assert v.verdict == "NO-GO" and v.reasons[0].startswith("P99 E2E regressed at burst")
+    # a rise within the budget, or one whose interval includes no change, is not a regression
+    assert run([cell(ttft=rr(1.04, 1.01, 1.08))]).verdict == "GO"
+    assert run([cell(ttft=rr(1.2, 0.9, 1.5))]).verdict == "GO"
+
+
+def test_error_increase_beyond_budget_is_no_go():
+    v = run([cell(err=(0.0, 0.05))])
+    assert v.verdict == "NO-GO" and "error rate rose" in v.reasons[0]
+    assert run([cell(err=(0.0, 0.005))]).verdict == "GO"
+
+
+def test_preemption_increase_is_no_go():
+    assert run([cell(pre=(0, 3))]).verdict == "NO-GO"
+
+
+@pytest.mark.parametrize("kind", ["oom", "crash"])
+def test_oom_or_crash_is_no_go_whatever_else(kind):
+    v = run([cell()], failures=[Failure(arm="candidate", kind=kind, detail="exit 137")])
+    assert v.verdict == "NO-GO"
+    assert ("ran out of memory" if kind == "oom" else "crashed") in v.reasons[0]
+
+
+def test_too_few_samples_is_inconclusive_and_says_how_many_more():
+    v = run([cell(obj=rr(0.7, 0.5, 0.9, enough=False, n=12, more=300))])
+    assert v.verdict == "INCONCLUSIVE" and "300 more requests" in v.reasons[0]
+    v = run([cell(e2e=rr(1.0, 0.8, 1.3, enough=False, n=80, more=420))])
+    assert v.verdict == "INCONCLUSIVE" and "P99 E2E" in v.reasons[0] and "420 more" in v.reasons[0]
+
+
+def test_no_go_outranks_inconclusive_and_keeps_both_reasons():
+    v = run([cell(obj=rr(1.3, 1.2, 1.4)), cell(segment="code", e2e=rr(1.0, 0.8, 1.3, enough=False, more=50))])
+    assert v.verdict == "NO-GO" and any(r.startswith("also:") for r in v.reasons)
+
+
+def test_every_target_segment_must_improve():
+    v = run([cell(segment="extraction"), cell(segment="chat", obj=SAME)])
+    assert v.verdict == "NO-GO" and "chat" in v.reasons[0]
+
+
+def test_throughput_objective_is_higher_is_better():
+    v = decide([cell(obj=rr(1.3, 1.2, 1.4))], Objective(metric="output_tokens_per_s"), Guardrails())
+    assert v.verdict == "GO"
+
+
+def test_crossover_is_named_and_warnings_do_not_change_the_verdict():
+    cells = [cell(traffic="idle", load=1, target=False), cell(traffic="steady", load=2),
+             cell(traffic="burst", load=8, target=False, obj=rr(1.2, 1.1, 1.3), acceptance_rate=0.3,
+                  kv_usage_baseline=0.2, kv_usage_candidate=0.5, client_warnings=["client send lag p99 30 ms"])]
+    v = run(cells)
+    assert v.verdict == "GO"
+    assert v.crossover == ["prod / chat: speculation stops paying at 'burst' (offered load 8): worse"]
+    text = " ".join(v.warnings)
+    assert "acceptance rate 0.30" in text and "KV-cache usage rose" in text and "send lag" in text
