@@ -188,18 +188,71 @@ def compare(
         raise typer.Exit(2)
 
 
+def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
+    colour = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}[v.verdict]
+    console = Console()
+    console.print(f"[bold {colour}]{v.verdict}[/bold {colour}]  ({v.objective})")
+    for r in v.reasons:
+        console.print(f"  - {r}", highlight=False)
+    for line in v.lines:
+        console.print(f"  {line.traffic:>10} / {line.sampling} / {line.segment}: {line.status}: {line.text}", highlight=False)
+    for c in v.crossover:
+        console.print(f"  crossover: {c}", highlight=False)
+    for w in v.warnings:
+        console.print(f"  [yellow]warning[/yellow] {w}", highlight=False)
+    console.print(f"report: {out / 'report.html'}  (also report.md, verdict.json)")
+
+
+@app.command()
+def check(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
+    out: Annotated[Path, typer.Option(help="Directory for the runs, verdict.json, report.md and report.html.")],
+) -> None:
+    """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure)."""
+    from specguard.check.plan import PlanError, load_plan
+    from specguard.check.report import save_check, write_outputs
+    from specguard.check.runner import CheckRuntimeError, run_check
+
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as exc:
+        _fail(str(exc))
+    try:
+        run = run_check(plan, out, log=lambda m: err.print(m, highlight=False))
+    except CheckRuntimeError as exc:
+        _fail(str(exc), code=4)
+    v = write_outputs(save_check(run, plan_path), out)
+    _print_verdict(v, out)
+    raise typer.Exit(v.exit_code)
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Argument(help="A directory written by 'specguard check' or 'specguard demo'.")],
+) -> None:
+    """Rebuild verdict.json, report.md and report.html from a check's stored runs."""
+    from specguard.check.report import load_check, write_outputs
+
+    if not (out / "check.json").exists():
+        _fail(f"{out}: no check.json (not a check directory)")
+    v = write_outputs(load_check(out), out)
+    _print_verdict(v, out)
+
+
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Directory for both runs and the server logs.")] = Path("runs/demo"),
-    num_requests: Annotated[int, typer.Option(help="Measured requests per server.")] = 24,
-    rate: Annotated[float, typer.Option(help="Poisson request rate (req/s).")] = 2.0,
-    prompts: Annotated[str, typer.Option(help="Prompt file or synthetic set.")] = "synthetic:repetitive",
+    out: Annotated[Path | None, typer.Option(help="Directory for the demo (default: runs/demo-TIME).")] = None,
 ) -> None:
-    """The main job on the embedded default: baseline vs n-gram speculation on a real vLLM CPU server."""
+    """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict."""
+    from specguard.check.runner import CheckRuntimeError
     from specguard.demo import run_demo
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_demo(out / stamp, num_requests=num_requests, rate=rate, prompts=prompts)
+    out = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        v = run_demo(out, log=lambda m: err.print(m, highlight=False))
+    except CheckRuntimeError as exc:
+        _fail(str(exc), code=4)
+    _print_verdict(v, out)
 
 
 @embedded_app.command("install")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -50,7 +51,8 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
         if cmd[0] != "specguard":
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
-        sub = [w for w in words[:2] if w in ("bench", "summary", "compare", "demo", "embedded", "install", "models", "serve")]
+        known = ("bench", "summary", "compare", "check", "report", "demo", "embedded", "install", "models", "serve")
+        sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):
             assert flag in text, f"{' '.join(cmd)}: {flag} is not an option of specguard {' '.join(sub)}"
@@ -83,15 +85,25 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
 
 
 @pytest.mark.vllm
-def test_make_demo_runs_the_main_job(tmp_path):
-    """`make demo`, exactly as the README says: two real servers, both summaries side by side."""
-    r = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                       env={**__import__("os").environ, "COLUMNS": "200"})
+def test_make_demo_runs_the_main_job():
+    """`make demo`, exactly as the README says: the packaged check plan on two real servers, verdict and report."""
+    before = set((ROOT / "runs").glob("demo-*")) if (ROOT / "runs").exists() else set()
+    r = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "COLUMNS": "200"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "baseline" in r.stdout and "ngram" in r.stdout
-    assert "off (no counters)" in r.stdout  # the baseline has no spec-decode counters
-    runs = sorted((ROOT / "runs" / "demo").iterdir())[-1]
-    ngram = json.loads((runs / "ngram" / "summary.json").read_text())
-    base = json.loads((runs / "baseline" / "summary.json").read_text())
-    assert ngram["acceptance"]["rate"] > 0 and ngram["tokens_per_chunk"]["max"] > 1
-    assert base["acceptance"] is None and base["errors"] == 0 and ngram["errors"] == 0
+    (out,) = set((ROOT / "runs").glob("demo-*")) - before
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] in r.stdout and f"report: {out.relative_to(ROOT)}/report.html" in r.stdout
+    assert (out / "report.html").stat().st_size > 1_000_000  # plotly inlined: opens offline
+    # idle, steady and burst; temperature 0 and 1; an extraction and a chat segment, each with its line
+    assert {(x["traffic"], x["sampling"], x["segment"]) for x in verdict["lines"]} == {
+        (t, s, g) for t in ("idle", "steady", "burst") for s in ("greedy", "production") for g in ("extraction", "chat")}
+    assert verdict["inventory"]["candidate"]["speculative_config"]["method"] == "ngram"
+    assert verdict["inventory"]["baseline"]["vllm_version"] == "0.32.0"
+    # blocks alternated over two repetitions, each on a freshly started server
+    logs = sorted(p.name for p in (out / "logs").iterdir())
+    assert logs == ["baseline-rep1.log", "baseline-rep2.log", "candidate-rep1.log", "candidate-rep2.log"]
+    # `specguard report DIR` (README) rebuilds the same verdict from the stored runs
+    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]

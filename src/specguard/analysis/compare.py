@@ -7,12 +7,14 @@ version, speculative config) is what is being compared.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel
+from scipy import stats
 
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.analysis.statistics import Repetition, compare_percentile
+from specguard.analysis.statistics import MIN_TAIL_SAMPLES, Repetition, compare_percentile
 from specguard.results.models import RequestRecord, RunInfo
 
 COMPARE_SCHEMA = "specguard.compare/1"
@@ -50,7 +52,8 @@ class Comparison(BaseModel):
         "ci_low/ci_high": "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions",
         "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
         "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
-        "more_requests_needed": "requests per arm that would narrow the interval to +-10 % at the observed spread",
+        "more_requests_needed": "more requests per arm: to reach 5 observations beyond the percentile, or, past that, "
+        "to narrow the interval to +-10 % at the observed spread",
     }
 
     @property
@@ -99,6 +102,7 @@ def compare_repetitions(
     *,
     seed: int = 0,
     resamples: int = 2000,
+    min_tail: int = MIN_TAIL_SAMPLES,
 ) -> dict[str, dict[str, RatioResult]]:
     """Every metric x percentile: candidate/baseline with interval, over one or more repetitions per arm."""
     out: dict[str, dict[str, RatioResult]] = {}
@@ -107,9 +111,31 @@ def compare_repetitions(
         c = [metric_values(rep, metric) for rep in cand]
         out[metric] = {}
         for name, q in QUANTILES.items():
-            est = compare_percentile(b, c, q, seed=seed, resamples=resamples)
+            est = compare_percentile(b, c, q, seed=seed, resamples=resamples, min_tail=min_tail)
             out[metric][name] = RatioResult(**{k: v for k, v in est.__dict__.items() if k != "q"})
     return out
+
+
+def throughput_ratio(base: Sequence[float], cand: Sequence[float]) -> RatioResult:
+    """candidate/baseline of mean output tokens/s over repetitions, t-interval on paired log-ratios.
+
+    Throughput is a property of a whole run, not of a request, so the repetitions
+    are the samples: two or more per arm are needed.
+    """
+    pairs = min(len(base), len(cand))
+    mb = sum(base) / len(base) if base else math.nan
+    mc = sum(cand) / len(cand) if cand else math.nan
+    ratio = mc / mb if mb and mb > 0 else math.nan
+    lo = hi = math.nan
+    if pairs >= 2 and all(x > 0 for x in list(base[:pairs]) + list(cand[:pairs])):
+        logs = [math.log(c / b) for b, c in zip(base[:pairs], cand[:pairs])]
+        mean = sum(logs) / pairs
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (pairs - 1))
+        half = float(stats.t.ppf(0.975, pairs - 1)) * sd / math.sqrt(pairs)
+        lo, hi = math.exp(mean - half), math.exp(mean + half)
+    return RatioResult(baseline=mb, candidate=mc, ratio=ratio, ci_low=lo, ci_high=hi, n_baseline=len(base),
+                       n_candidate=len(cand), enough_samples=pairs >= 2, more_requests_needed=0,
+                       mann_whitney_p=None, prob_candidate_lower=None, repetition_spread_widened=False)
 
 
 def compare_runs(

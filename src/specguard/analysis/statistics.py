@@ -90,12 +90,12 @@ def _flatten(reps: Sequence[Repetition]) -> tuple[np.ndarray, np.ndarray, list[n
 
 def bootstrap_percentile(
     reps: Sequence[Repetition], q: float, resamples: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray, int]:
-    """Point estimate, bootstrap replicates and request count of the q-quantile of pooled repetitions."""
+) -> tuple[float, np.ndarray, int, int]:
+    """Point estimate, bootstrap replicates, request count and value count of the q-quantile of pooled repetitions."""
     values, owner, strata = _flatten(reps)
     n_requests = int(sum(len(s) for s in strata))
     if values.size == 0:
-        return math.nan, np.full(resamples, math.nan), 0
+        return math.nan, np.full(resamples, math.nan), 0, 0
     order = np.argsort(values, kind="stable")
     sorted_values = values[order]
     sorted_owner = owner[order]
@@ -109,7 +109,7 @@ def bootstrap_percentile(
     for start in range(0, resamples, rows):
         weights = counts[start : start + rows][:, sorted_owner]
         replicates[start : start + rows] = weighted_percentile_rows(sorted_values, weights, q)
-    return float(np.percentile(values, 100 * q)), replicates, n_requests
+    return float(np.percentile(values, 100 * q)), replicates, n_requests, int(values.size)
 
 
 def _per_request_summary(reps: Sequence[Repetition]) -> np.ndarray:
@@ -165,14 +165,17 @@ def compare_percentile(
     checked (``repetitions_disagree``); when the repetitions disagree more
     than request-level noise explains, the interval is widened to also cover
     a t-interval over the per-repetition ratios.
-    ``more_requests_needed`` is how many more requests per arm would, at the
-    observed spread, shrink the interval's half-width (in log-ratio) to
-    ``target_change``, so that a change of that size could be told apart.
+    ``more_requests_needed`` is, below the tail rule, how many more requests
+    per arm would bring enough observations beyond the percentile; above it,
+    how many more would, at the observed spread, shrink the interval's
+    half-width (in log-ratio) to ``target_change``, so that a change of that
+    size could be told apart.
     """
     rng = np.random.default_rng(seed)
-    pb, rb, nb = bootstrap_percentile(base, q, resamples, rng)
-    pc, rc, nc = bootstrap_percentile(cand, q, resamples, rng)
-    enough = nb >= min_samples(q, min_tail) and nc >= min_samples(q, min_tail)
+    pb, rb, nb, vb = bootstrap_percentile(base, q, resamples, rng)
+    pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
+    # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
+    enough = min(vb, vc) >= min_samples(q, min_tail)
     if nb == 0 or nc == 0 or pb <= 0:
         return RatioEstimate(q, pb, pc, math.nan, math.nan, math.nan, nb, nc, False, 0, None, None, False)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -188,11 +191,15 @@ def compare_percentile(
         half = float(stats.t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
         lo, hi = min(lo, math.exp(mean - half)), max(hi, math.exp(mean + half))
         widened = True
-    half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
-    target_log = math.log(1 + target_change)
     n = min(nb, nc)
-    need = math.ceil(n * (half_log / target_log) ** 2) - n if math.isfinite(half_log) else 0
-    need = max(need, min_samples(q, min_tail) - n, 0)
+    if not enough:
+        # Below the tail rule the interval itself is unreliable: what is missing is tail observations.
+        per_request = min(vb, vc) / n if n else 1.0
+        need = max(math.ceil((min_samples(q, min_tail) - min(vb, vc)) / per_request), 0)
+    else:
+        half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
+        target_log = math.log(1 + target_change)
+        need = max(math.ceil(n * (half_log / target_log) ** 2) - n, 0) if math.isfinite(half_log) else 0
     mw_p: float | None = None
     prob_lower: float | None = None
     xb, xc = _per_request_summary(base), _per_request_summary(cand)

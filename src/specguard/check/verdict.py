@@ -41,6 +41,7 @@ class CellComparison(BaseModel):
     waiting_baseline: float | None = None
     waiting_candidate: float | None = None
     client_warnings: list[str] = []
+    metrics: dict[str, dict[str, RatioResult]] = {}
 
     @property
     def name(self) -> str:
@@ -93,7 +94,7 @@ def cell_status(cell: CellComparison, higher_is_better: bool) -> Status:
 def _guardrail(name: str, r: RatioResult, budget: float, where: str) -> tuple[str | None, str | None]:
     """(regression reason, unverified reason) for one P99 guardrail."""
     if not r.enough_samples:
-        return None, (f"{name} at {where} unverified: {min(r.n_baseline, r.n_candidate)} samples per arm, "
+        return None, (f"{name} at {where} unverified: {min(r.n_baseline, r.n_candidate)} requests per arm, "
                       f"{r.more_requests_needed} more needed")
     if r.ratio > 1 + budget and r.ci_low > 1:
         return (f"{name} regressed at {where}: x{r.ratio:.2f} (95% CI {r.ci_low:.2f}-{r.ci_high:.2f}), "
@@ -149,6 +150,7 @@ def decide(
                 nogo.append(f"preemptions rose at {cell.name}: {cell.preemptions_baseline:.0f} -> "
                             f"{cell.preemptions_candidate:.0f}")
         warnings += _warnings(cell)
+    unsure = _condense(unsure)
     if nogo:
         verdict: VerdictName = "NO-GO"
         reasons = nogo + [f"also: {u}" for u in unsure]
@@ -162,8 +164,18 @@ def decide(
                    crossover=crossovers(cells, higher), objective=obj_name)
 
 
+def _condense(unsure: list[str], keep: int = 4) -> list[str]:
+    """Many unverified guardrails say one thing: name a few, count the rest."""
+    guard = [u for u in unsure if " unverified: " in u]
+    if len(guard) <= keep:
+        return unsure
+    others = [u for u in unsure if u not in guard]
+    return others + guard[:keep] + [f"... and {len(guard) - keep} more unverified P99 guardrails (see the report)"]
+
+
 def _warnings(cell: CellComparison) -> list[str]:
-    out = [f"{cell.name}: {w}" for w in cell.client_warnings]
+    # Client warnings belong to whole runs, shared by the segments of a cell.
+    out = [f"{cell.traffic} / {cell.sampling}: {w}" for w in cell.client_warnings]
     if cell.acceptance_rate is not None and cell.acceptance_rate < 0.5:
         out.append(f"{cell.name}: acceptance rate {cell.acceptance_rate:.2f} < 0.5, speculation is likely net-negative")
     for what, b, c in (("KV-cache usage", cell.kv_usage_baseline, cell.kv_usage_candidate),

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SYNTHETIC_SETS = ("random", "repetitive", "open-ended")
+SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
 
 class ChatMessage(BaseModel):
@@ -106,9 +106,15 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     random      words drawn uniformly: little for a proposer to find (poor n-gram candidate)
     repetitive  extraction-like: a record listing whose answer repeats parts of the prompt
     open-ended  short open questions, chat-like, each answer unconstrained
+    mixed       repetitive and open-ended items alternating, segments "extraction" and "chat"
     """
     if name not in SYNTHETIC_SETS:
         raise PromptFileError(f"unknown synthetic prompt set '{name}' (expected one of {', '.join(SYNTHETIC_SETS)})")
+    if name == "mixed":
+        rep = synthetic_prompts("repetitive", count=(count + 1) // 2, seed=seed, max_tokens=max_tokens).items
+        chat = synthetic_prompts("open-ended", count=count // 2, seed=seed, max_tokens=max_tokens).items
+        mixed = [item for pair in zip(rep, chat) for item in pair] + rep[len(chat):]
+        return PromptSet(source=f"synthetic:{name}", items=mixed, lines=list(range(len(mixed))))
     rng = random.Random(f"{name}:{seed}")
     vocab = (
         "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
@@ -134,8 +140,8 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)))
 
 
-def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64) -> PromptSet:
-    """``spec`` is a file path, or ``synthetic:NAME`` for a built-in set."""
+def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64, count: int = 64) -> PromptSet:
+    """``spec`` is a file path, or ``synthetic:NAME`` for a built-in set of ``count`` items."""
     if spec.startswith("synthetic:"):
-        return synthetic_prompts(spec.split(":", 1)[1], seed=seed, max_tokens=max_tokens)
+        return synthetic_prompts(spec.split(":", 1)[1], count=count, seed=seed, max_tokens=max_tokens)
     return load_prompt_file(Path(spec))

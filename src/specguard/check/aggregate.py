@@ -1,0 +1,85 @@
+"""From a check's stored runs to per-cell comparisons for the verdict: reads run directories, no servers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from specguard.analysis.compare import compare_repetitions, throughput_ratio
+from specguard.check.plan import CheckPlan
+from specguard.check.runner import ARMS, cell_key
+from specguard.check.verdict import CellComparison
+from specguard.results.models import RequestRecord, Summary
+from specguard.results.store import load_run, load_summary
+
+_CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
+    accs = [s.acceptance for s in summaries if s.acceptance is not None]
+    drafted = sum(a.draft_tokens for a in accs)
+    return sum(a.accepted_tokens for a in accs) / drafted if drafted > 0 else None
+
+
+def rep_dirs(out: Path, arm: str, key: str, repetitions: int) -> list[Path]:
+    dirs = [out / "runs" / arm / f"rep{r}" / key for r in range(1, repetitions + 1)]
+    return [d for d in dirs if (d / "summary.json").exists()]
+
+
+def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
+    cells: list[CellComparison] = []
+    for traffic in plan.traffic:
+        for sampling in plan.sampling:
+            for i in range(len(plan.prompts)):
+                key = cell_key(traffic.name, sampling.name, i)
+                records: dict[str, list[list[RequestRecord]]] = {}
+                summaries: dict[str, list[Summary]] = {}
+                for arm in ARMS:
+                    dirs = rep_dirs(out, arm, key, plan.repetitions)
+                    records[arm] = [load_run(d)[1] for d in dirs]
+                    summaries[arm] = [load_summary(d) for d in dirs]
+                if not records["baseline"] or not records["candidate"]:
+                    continue
+                segments = sorted({r.segment for reps in records.values() for rep in reps for r in rep})
+                for seg in segments:
+                    b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
+                    c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
+                    m = compare_repetitions(b, c, seed=plan.seed, resamples=plan.statistics.resamples,
+                                            min_tail=plan.statistics.min_tail_samples)
+                    if plan.objective.metric == "output_tokens_per_s":
+                        objective = throughput_ratio([s.output_tokens_per_s for s in summaries["baseline"]],
+                                                     [s.output_tokens_per_s for s in summaries["candidate"]])
+                    else:
+                        objective = m[plan.objective.metric][plan.objective.percentile]
+                    sb, sc = summaries["baseline"], summaries["candidate"]
+                    nb = sum(len(rep) for rep in b)
+                    nc = sum(len(rep) for rep in c)
+                    warnings = [f"{arm}: {w}" for arm in ARMS for s in summaries[arm] for w in s.warnings
+                                if any(k in w for k in _CLIENT_WARNINGS)]
+                    cells.append(CellComparison(
+                        traffic=traffic.name, offered_load=traffic.offered_load, target=traffic.target,
+                        sampling=sampling.name, segment=seg, objective=objective,
+                        p99_e2e=m["e2e_ms"]["p99"], p99_ttft=m["ttft_ms"]["p99"],
+                        error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
+                        error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
+                        preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
+                        preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
+                        acceptance_rate=_acceptance_rate(sc),
+                        kv_usage_baseline=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sb]),
+                        kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
+                        waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
+                        waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
+                        client_warnings=sorted(set(warnings)),
+                        metrics=m,
+                    ))
+    return cells
+
+
+def _sum_or_none(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) if vals else None

@@ -1,0 +1,90 @@
+"""Open a page in headless Chromium over the DevTools protocol: console errors, a JS probe, a screenshot.
+
+Chromium is Debian's package (installed by .ci/run). The flags keep it off the
+network: the report must render offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1300,2000"]
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        raise RuntimeError("chromium is not installed (.ci/run installs Debian's chromium)")
+    return path
+
+
+async def _inspect(ws_url: str, page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
+    errors: list[str] = []
+    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
+        next_id = 0
+
+        async def call(method: str, **params: Any) -> dict[str, Any]:
+            nonlocal next_id
+            next_id += 1
+            my_id = next_id
+            await ws.send_json({"id": my_id, "method": method, "params": params})
+            while True:
+                msg = json.loads((await ws.receive()).data)
+                if msg.get("method") == "Runtime.exceptionThrown":
+                    errors.append(json.dumps(msg["params"]["exceptionDetails"])[:500])
+                elif msg.get("method") == "Runtime.consoleAPICalled" and msg["params"]["type"] in ("error", "assert"):
+                    errors.append(json.dumps(msg["params"]["args"])[:500])
+                elif msg.get("method") == "Log.entryAdded" and msg["params"]["entry"]["level"] == "error":
+                    errors.append(msg["params"]["entry"]["text"][:500])
+                if msg.get("id") == my_id:
+                    return msg.get("result", {})
+
+        await call("Runtime.enable")
+        await call("Log.enable")
+        await call("Page.enable")
+        await call("Page.navigate", url=page.resolve().as_uri())
+        deadline = time.monotonic() + 60
+        state = ""
+        while time.monotonic() < deadline and state != "complete":
+            state = (await call("Runtime.evaluate", expression="document.readyState"))["result"].get("value", "")
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # let plotly draw
+        value = (await call("Runtime.evaluate", expression=probe, returnByValue=True))["result"].get("value")
+        shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+    return {"errors": errors, "probe": value}
+
+
+def inspect_page(page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
+    """Load ``page``; return console/JS errors and the value of the ``probe`` expression; save a screenshot."""
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.Popen([chromium(), *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}",
+                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            port_file = Path(profile) / "DevToolsActivePort"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (port_file.exists() and port_file.read_text().strip()):
+                time.sleep(0.1)
+            port = int(port_file.read_text().split()[0])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+                targets = [t for t in json.load(resp) if t["type"] == "page"]
+            return asyncio.run(_inspect(targets[0]["webSocketDebuggerUrl"], page, probe, screenshot))
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

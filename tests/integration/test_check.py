@@ -1,0 +1,94 @@
+"""`specguard check` end to end on the real vLLM servers (as endpoint arms), and the report in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specguard.embedded.servers import SERVED_NAME
+from tests.browser import inspect_page
+
+pytestmark = pytest.mark.vllm
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+
+
+def plan_text(base_url: str, cand_url: str) -> str:
+    return f"""
+name: endpoint-check
+arms:
+  baseline: {{endpoint: {{base_url: "{base_url}", model: {SERVED_NAME}}}}}
+  candidate: {{endpoint: {{base_url: "{cand_url}", model: {SERVED_NAME}}}}}
+repetitions: 2
+warmup: 1
+max_tokens: 32
+traffic:
+  - {{name: idle, num_requests: 6}}
+  - {{name: steady, rate: 4, num_requests: 12, target: true}}
+sampling:
+  - {{name: greedy, temperature: 0.0}}
+prompts:
+  - {{source: "synthetic:mixed", count: 12}}
+statistics: {{resamples: 300}}
+"""
+
+
+def test_check_verdict_report_and_exit_code_agree(vllm_servers, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(plan_text(vllm_servers["baseline"].base_url, vllm_servers["ngram"].base_url))
+    out = tmp_path / "check"
+    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] in ("GO", "NO-GO", "INCONCLUSIVE") and verdict["reasons"]
+    assert r.returncode == {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}[verdict["verdict"]], r.stderr[-2000:]
+    assert verdict["verdict"] in r.stdout
+    # one line per traffic level x sampling x segment, segments never averaged together
+    assert {(x["traffic"], x["segment"]) for x in verdict["lines"]} == {
+        (t, s) for t in ("idle", "steady") for s in ("extraction", "chat")}
+    # the numbers in the verdict are the stored runs' numbers
+    for cell in verdict["cells"]:
+        obj = cell["objective"]
+        assert obj["ci_low"] <= obj["ratio"] <= obj["ci_high"]
+        assert cell["acceptance_rate"] is not None and cell["acceptance_rate"] > 0  # the n-gram arm
+    # 12 requests per arm and cell cannot support a P99 guardrail: the verdict may not be GO
+    assert verdict["verdict"] != "GO"
+    assert any("P99" in reason and "more needed" in reason for reason in verdict["reasons"])
+    md = (out / "report.md").read_text()
+    assert f"**{verdict['verdict']}**" in md and "## Reproduce" in md
+    # rebuilding from the stored runs gives the same verdict
+    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    page = inspect_page(out / "report.html",
+                        "[document.querySelectorAll('.js-plotly-plot').length,"
+                        " document.querySelectorAll('.js-plotly-plot .main-svg').length,"
+                        " document.getElementById('verdict').innerText]", shot)
+    assert page["errors"] == []
+    plots, svgs, banner = page["probe"]
+    assert plots == 4 and svgs >= 4, page
+    assert verdict["verdict"] in banner
+    assert shot.stat().st_size > 20_000
+    html = (out / "report.html").read_text()
+    assert "<script src=" not in html and "cdn" not in html.lower()  # opens offline
+
+
+def test_check_refuses_a_bad_plan_and_a_dead_endpoint(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arms: {}\n")
+    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(bad), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "key 'arms.baseline'" in r.stderr
+    dead = tmp_path / "dead.yaml"
+    dead.write_text(plan_text("http://127.0.0.1:9", "http://127.0.0.1:9"))
+    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(dead), "--out", str(tmp_path / "d")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 4 and "endpoint is gone" in r.stderr
