@@ -33,6 +33,7 @@ def chromium() -> str:
 
 async def _inspect(ws_url: str, page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
     errors: list[str] = []
+    requests: list[str] = []
     async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
         next_id = 0
 
@@ -49,12 +50,15 @@ async def _inspect(ws_url: str, page: Path, probe: str, screenshot: Path) -> dic
                     errors.append(json.dumps(msg["params"]["args"])[:500])
                 elif msg.get("method") == "Log.entryAdded" and msg["params"]["entry"]["level"] == "error":
                     errors.append(msg["params"]["entry"]["text"][:500])
+                elif msg.get("method") == "Network.requestWillBeSent":
+                    requests.append(msg["params"]["request"]["url"][:200])
                 if msg.get("id") == my_id:
                     return msg.get("result", {})
 
         await call("Runtime.enable")
         await call("Log.enable")
         await call("Page.enable")
+        await call("Network.enable")
         await call("Page.navigate", url=page.resolve().as_uri())
         deadline = time.monotonic() + 60
         state = ""
@@ -65,11 +69,11 @@ async def _inspect(ws_url: str, page: Path, probe: str, screenshot: Path) -> dic
         value = (await call("Runtime.evaluate", expression=probe, returnByValue=True))["result"].get("value")
         shot = await call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         screenshot.write_bytes(base64.b64decode(shot["data"]))
-    return {"errors": errors, "probe": value}
+    return {"errors": errors, "probe": value, "requests": requests}
 
 
 def inspect_page(page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
-    """Load ``page``; return console/JS errors and the value of the ``probe`` expression; save a screenshot."""
+    """Load ``page``; return console/JS errors, every URL it requested, the ``probe`` value; save a screenshot."""
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.Popen([chromium(), *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}",
                                  "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -23,7 +23,7 @@ app = typer.Typer(
 embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime and a small local model set.")
 app.add_typer(embedded_app, name="embedded")
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: paths and keys are greppable
 
 
 def _fail(message: str, code: int = 2) -> None:
