@@ -53,8 +53,8 @@ def test_timestamps_within_2ms_at_p99_with_200_concurrent_streams(scripted, tmp_
         errs = [m - s for m, s in zip(measured, log.chunk_sent)]
         chunk_err.extend(errs)
         ttft_err.append(errs[0])
-        # the client cannot see a chunk before the server sent it
-        assert min(errs) > -0.0005
+        # the client cannot see a chunk before the server wrote it
+        assert min(errs) >= 0
     ttft_p99 = float(np.percentile(np.abs(ttft_err), 99))
     chunk_p99 = float(np.percentile(np.abs(chunk_err), 99))
     print(f"timestamp error p99: first chunk {ttft_p99 * 1e3:.3f} ms, all chunks {chunk_p99 * 1e3:.3f} ms")

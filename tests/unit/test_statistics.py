@@ -92,3 +92,12 @@ def test_homogeneous_repetitions_rarely_look_heterogeneous():
         cand = [per_request(rng.lognormal(3, 0.4, 150)) for _ in range(3)]
         widened += compare_percentile(base, cand, 0.5, resamples=400, seed=seed).repetition_spread_widened
     assert widened / trials < 0.15, widened
+
+
+def test_each_arm_gets_its_own_interval_covering_its_estimate():
+    rng = np.random.default_rng(11)
+    base = rng.lognormal(3, 0.5, 400)
+    est = compare_percentile([per_request(base)], [per_request(0.9 * rng.lognormal(3, 0.5, 400))], 0.95, seed=3)
+    assert est.baseline_ci[0] <= est.baseline <= est.baseline_ci[1]
+    assert est.candidate_ci[0] <= est.candidate <= est.candidate_ci[1]
+    assert est.baseline_ci[0] <= np.exp(3 + 0.5 * 1.6449) <= est.baseline_ci[1]  # the true lognormal p95

@@ -25,6 +25,8 @@ QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 class RatioResult(BaseModel):
     baseline: float
     candidate: float
+    baseline_ci: tuple[float, float] = (math.nan, math.nan)
+    candidate_ci: tuple[float, float] = (math.nan, math.nan)
     ratio: float
     ci_low: float
     ci_high: float
@@ -50,6 +52,7 @@ class Comparison(BaseModel):
     definitions: dict[str, str] = {
         "ratio": "candidate / baseline of the percentile; below 1 means the candidate is faster",
         "ci_low/ci_high": "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions",
+        "baseline_ci/candidate_ci": "95 % percentile-bootstrap interval of each arm's own percentile",
         "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
         "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
         "more_requests_needed": "more requests per arm: to reach 5 observations beyond the percentile, or, past that, "

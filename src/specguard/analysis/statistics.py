@@ -33,6 +33,8 @@ class RatioEstimate:
     q: float
     baseline: float
     candidate: float
+    baseline_ci: tuple[float, float]
+    candidate_ci: tuple[float, float]
     ratio: float
     ci_low: float
     ci_high: float
@@ -176,8 +178,11 @@ def compare_percentile(
     pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
+    nan2 = (math.nan, math.nan)
     if nb == 0 or nc == 0 or pb <= 0:
-        return RatioEstimate(q, pb, pc, math.nan, math.nan, math.nan, nb, nc, False, 0, None, None, False)
+        return RatioEstimate(q, pb, pc, nan2, nan2, math.nan, math.nan, math.nan, nb, nc, False, 0, None, None, False)
+    base_ci = (float(np.percentile(rb, 2.5)), float(np.percentile(rb, 97.5)))
+    cand_ci = (float(np.percentile(rc, 2.5)), float(np.percentile(rc, 97.5)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = rc / rb
     ratios = ratios[np.isfinite(ratios)]
@@ -212,6 +217,8 @@ def compare_percentile(
         q=q,
         baseline=pb,
         candidate=pc,
+        baseline_ci=base_ci,
+        candidate_ci=cand_ci,
         ratio=pc / pb,
         ci_low=lo,
         ci_high=hi,

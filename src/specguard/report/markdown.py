@@ -29,7 +29,8 @@ def render_markdown(v: VerdictFile) -> str:
         for metric, by_q in c.metrics.items():
             for q, r in by_q.items():
                 enough = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
-                out.append(f"| {c.name} | {metric} | {q} | {_f(r.baseline)} | {_f(r.candidate)} | {_f(r.ratio, 3)} | "
+                out.append(f"| {c.name} | {metric} | {q} | {_f(r.baseline)} ({_f(r.baseline_ci[0])}-{_f(r.baseline_ci[1])}) | "
+                           f"{_f(r.candidate)} ({_f(r.candidate_ci[0])}-{_f(r.candidate_ci[1])}) | {_f(r.ratio, 3)} | "
                            f"{_f(r.ci_low, 3)}-{_f(r.ci_high, 3)} | {enough} |")
     out += ["", "## Inventory", ""]
     for inv in v.inventory.values():

@@ -36,7 +36,7 @@ class Script(BaseModel):
 class ChunkLog(BaseModel):
     request_id: str
     start: float
-    chunk_sent: list[float]
+    chunk_sent: list[float]  # monotonic time just before each chunk was written
     chunk_tokens: list[int]
     authorized: bool = False
 
@@ -99,8 +99,11 @@ class ScriptedServer:
             event: dict[str, Any] = {"id": rid, "choices": [choice]}
             if s.usage == "continuous":
                 event["usage"] = {"prompt_tokens": 8, "completion_tokens": total}
-            await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+            data = b"data: " + json.dumps(event).encode() + b"\n\n"
+            # Stamped just before the write: no client can see the chunk earlier, whatever the scheduler
+            # does to this process, so a client's error against this stamp is never negative.
             sent.append(time.monotonic())
+            await resp.write(data)
             tokens.append(k)
         if s.usage != "none":
             final = {"id": rid, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": total}}
