@@ -14,29 +14,12 @@ from pydantic import BaseModel
 from scipy import stats
 
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.analysis.statistics import MIN_TAIL_SAMPLES, Repetition, compare_percentile
+from specguard.analysis.statistics import MIN_TAIL_SAMPLES, RatioResult, Repetition, compare_percentile
 from specguard.results.models import RequestRecord, RunInfo
 
 COMPARE_SCHEMA = "specguard.compare/1"
 METRICS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
-
-
-class RatioResult(BaseModel):
-    baseline: float
-    candidate: float
-    baseline_ci: tuple[float, float] = (math.nan, math.nan)
-    candidate_ci: tuple[float, float] = (math.nan, math.nan)
-    ratio: float
-    ci_low: float
-    ci_high: float
-    n_baseline: int
-    n_candidate: int
-    enough_samples: bool
-    more_requests_needed: int
-    mann_whitney_p: float | None
-    prob_candidate_lower: float | None
-    repetition_spread_widened: bool
 
 
 class Comparison(BaseModel):
@@ -114,8 +97,7 @@ def compare_repetitions(
         c = [metric_values(rep, metric) for rep in cand]
         out[metric] = {}
         for name, q in QUANTILES.items():
-            est = compare_percentile(b, c, q, seed=seed, resamples=resamples, min_tail=min_tail)
-            out[metric][name] = RatioResult(**{k: v for k, v in est.__dict__.items() if k != "q"})
+            out[metric][name] = compare_percentile(b, c, q, seed=seed, resamples=resamples, min_tail=min_tail)
     return out
 
 

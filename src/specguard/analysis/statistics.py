@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel
 from scipy import stats
 
 # One repetition: one list of values per request (a single value for per-request metrics).
@@ -26,15 +26,13 @@ DEFAULT_RESAMPLES = 2000
 MIN_TAIL_SAMPLES = 5
 
 
-@dataclass(frozen=True)
-class RatioEstimate:
-    """candidate / baseline for one percentile of one metric."""
+class RatioResult(BaseModel):
+    """candidate / baseline for one percentile of one metric, with intervals and the evidence behind them."""
 
-    q: float
     baseline: float
     candidate: float
-    baseline_ci: tuple[float, float]
-    candidate_ci: tuple[float, float]
+    baseline_ci: tuple[float, float] = (math.nan, math.nan)
+    candidate_ci: tuple[float, float] = (math.nan, math.nan)
     ratio: float
     ci_low: float
     ci_high: float
@@ -160,7 +158,7 @@ def compare_percentile(
     seed: int = 0,
     target_change: float = 0.10,
     min_tail: int = MIN_TAIL_SAMPLES,
-) -> RatioEstimate:
+) -> RatioResult:
     """candidate/baseline of the q-quantile with a 95 % percentile-bootstrap interval.
 
     With two or more repetitions per arm, the between-repetition spread is
@@ -178,9 +176,10 @@ def compare_percentile(
     pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
-    nan2 = (math.nan, math.nan)
     if nb == 0 or nc == 0 or pb <= 0:
-        return RatioEstimate(q, pb, pc, nan2, nan2, math.nan, math.nan, math.nan, nb, nc, False, 0, None, None, False)
+        return RatioResult(baseline=pb, candidate=pc, ratio=math.nan, ci_low=math.nan, ci_high=math.nan,
+                           n_baseline=nb, n_candidate=nc, enough_samples=False, more_requests_needed=0,
+                           mann_whitney_p=None, prob_candidate_lower=None, repetition_spread_widened=False)
     base_ci = (float(np.percentile(rb, 2.5)), float(np.percentile(rb, 97.5)))
     cand_ci = (float(np.percentile(rc, 2.5)), float(np.percentile(rc, 97.5)))
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -213,8 +212,7 @@ def compare_percentile(
         mw_p = float(res.pvalue)
         # U counts pairs where the candidate is larger; ties count half.
         prob_lower = 1.0 - float(res.statistic) / (len(xb) * len(xc))
-    return RatioEstimate(
-        q=q,
+    return RatioResult(
         baseline=pb,
         candidate=pc,
         baseline_ci=base_ci,

@@ -7,32 +7,23 @@ in the plan: an endpoint arm names the environment variable that holds one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specguard.loadgen.arrivals import load_shape_from_options
 from specguard.results.models import LoadShape
+from specguard.vllm.server_spec import ServerSpec
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LaunchSpec(_Strict):
+class LaunchSpec(ServerSpec):
     """A vLLM server specguard starts itself. ``model: embedded:target`` uses the embedded model set."""
 
-    model: str
-    served_model_name: str | None = None
-    max_model_len: int | None = None
-    tensor_parallel_size: int = 1
-    dtype: str | None = None
-    gpu_memory_utilization: float | None = None
-    speculative_config: dict[str, Any] | None = None
-    extra_args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    port: int | None = None
     startup_timeout_s: float = 900.0
 
 

@@ -53,7 +53,6 @@ class ArmInventory(BaseModel):
 class CheckRun:
     plan: CheckPlan
     out: Path
-    run_dirs: dict[tuple[str, int, str], Path] = field(default_factory=dict)  # (arm, rep, cell) -> run dir
     failures: list[Failure] = field(default_factory=list)
     inventory: dict[str, ArmInventory] = field(default_factory=dict)
 
@@ -152,7 +151,6 @@ def _run_block(
                     metrics_url=metrics_url, out_dir=run_dir, api_key=api_key, default_max_tokens=plan.max_tokens,
                 )
                 summary = run_async(run_bench(cfg))
-                result.run_dirs[(arm, rep, key)] = run_dir
                 oom = [r.error for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
                        if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)]
                 if oom:
