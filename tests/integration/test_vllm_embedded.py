@@ -144,3 +144,19 @@ def test_compare_baseline_and_ngram_runs_of_the_same_workload(vllm_servers, tmp_
         assert cell.baseline == pytest.approx(summaries["baseline"][metric]["p50"])
         assert cell.candidate == pytest.approx(summaries["ngram"][metric]["p50"])
         assert cell.ci_low <= cell.ratio <= cell.ci_high
+
+
+def test_predicted_kv_blocks_match_the_real_server(vllm_servers, models):
+    """Gate 3's formula against vLLM's own count: the pool the server reports in vllm:cache_config_info."""
+    import urllib.request
+
+    from specguard.memory.kv import num_blocks, shape_from_model_dir
+    from specguard.server_metrics.parse import parse_metrics_text
+
+    for name in ("baseline", "ngram"):  # n-gram keeps no draft KV: the same pool
+        with urllib.request.urlopen(vllm_servers[name].metrics_url, timeout=10) as resp:
+            cache = parse_metrics_text(resp.read().decode(), 0.0, "before").cache_config
+        assert cache is not None
+        predicted = num_blocks(int(cache["kv_cache_memory_bytes"]), [(shape_from_model_dir(models.path("target")), 2)],
+                               block_size=int(cache["block_size"]))
+        assert predicted == int(cache["num_gpu_blocks"])
