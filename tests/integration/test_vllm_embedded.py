@@ -71,8 +71,9 @@ def test_baseline_has_no_spec_decode_counters_and_says_so(vllm_servers, tmp_path
     assert summary.errors == 0
     assert summary.acceptance is None
     assert any("no spec-decode counters" in n for n in summary.notes)
-    # without speculation every chunk carries exactly one token
-    assert summary.tokens_per_chunk.max == 1
+    # without speculation a chunk carries one token; vLLM V1 merges outputs the API server has not yet sent
+    # (when it falls behind, as on shared cores), so an occasional chunk carries more: per-token ITL handles it
+    assert summary.tokens_per_chunk.p50 == 1
     data = json.loads((tmp_path / "base" / "summary.json").read_text())
     assert data["acceptance"] is None
 
