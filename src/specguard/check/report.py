@@ -6,7 +6,6 @@ runs, so the numbers in a report can always be recomputed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -108,6 +107,3 @@ def write_outputs(record: CheckRecord, out: Path) -> VerdictFile:
     (out / "report.html").write_text(render_html(v, record, out))
     return v
 
-
-def verdict_summary(v: VerdictFile) -> str:
-    return json.dumps({"verdict": v.verdict, "reasons": v.reasons}, indent=2)

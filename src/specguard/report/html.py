@@ -47,6 +47,13 @@ def latency_vs_load(v: VerdictFile, record: CheckRecord) -> str:
     return _div(fig, "latency-vs-load")
 
 
+def _cell_dirs(record: CheckRecord, out: Path, arm: str, traffic: str, sampling: str) -> list[Path]:
+    """Every stored run of one arm at one traffic level and sampling setting: all prompt sources, all repetitions."""
+    plan = record.plan
+    return [d for i in range(len(plan.prompts))
+            for d in rep_dirs(out, arm, cell_key(traffic, sampling, i), plan.repetitions)]
+
+
 def distributions(record: CheckRecord, out: Path) -> str:
     plan = record.plan
     target = next(t for t in plan.traffic if t.target)
@@ -55,11 +62,10 @@ def distributions(record: CheckRecord, out: Path) -> str:
         itl: list[float] = []
         tpot: list[float] = []
         for s in plan.sampling:
-            for i in range(len(plan.prompts)):
-                for d in rep_dirs(out, arm, cell_key(target.name, s.name, i), plan.repetitions):
-                    records = load_run(d)[1]
-                    itl += [x for r in metric_values(records, "itl_ms") for x in r]
-                    tpot += [x for r in metric_values(records, "tpot_ms") for x in r]
+            for d in _cell_dirs(record, out, arm, target.name, s.name):
+                records = load_run(d)[1]
+                itl += [x for r in metric_values(records, "itl_ms") for x in r]
+                tpot += [x for r in metric_values(records, "tpot_ms") for x in r]
         fig.add_trace(go.Box(y=itl[:20000], name=arm, marker_color=COLORS[arm], boxpoints=False), 1, 1)
         fig.add_trace(go.Box(y=tpot, name=arm, marker_color=COLORS[arm], showlegend=False), 1, 2)
     fig.update_layout(title=f"Distributions at the target level '{target.name}' (all sampling settings)")
@@ -72,11 +78,10 @@ def acceptance(record: CheckRecord, out: Path) -> str:
     for t in plan.traffic:
         for s in plan.sampling:
             per_pos: list[list[float]] = []
-            for i in range(len(plan.prompts)):
-                for d in rep_dirs(out, "candidate", cell_key(t.name, s.name, i), plan.repetitions):
-                    acc = load_summary(d).acceptance
-                    if acc is not None and acc.per_position:
-                        per_pos.append(acc.per_position)
+            for d in _cell_dirs(record, out, "candidate", t.name, s.name):
+                acc = load_summary(d).acceptance
+                if acc is not None and acc.per_position:
+                    per_pos.append(acc.per_position)
             if per_pos:
                 k = min(len(p) for p in per_pos)
                 mean = [sum(p[j] for p in per_pos) / len(per_pos) for j in range(k)]
