@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from specguard import __version__
+from specguard.cli_gates import register as register_gate_commands
 
 app = typer.Typer(
     help="Production-readiness gates for speculative decoding on vLLM.",
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime and a small local model set.")
 app.add_typer(embedded_app, name="embedded")
+register_gate_commands(app)
 
 err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: paths and keys are greppable
 

@@ -1,0 +1,127 @@
+"""``specguard preflight``, ``plan`` and ``inventory`` (Gates 0, 2 and 3). They parse and delegate."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _api_key(env_name: str | None) -> str | None:
+    if not env_name:
+        return None
+    value = os.environ.get(env_name)
+    if value is None:
+        _fail(f"--api-key-env {env_name}: the variable is not set")
+    return value
+
+
+def preflight(
+    python: Annotated[Path | None, typer.Option(help="Interpreter of the vLLM to inspect.")] = None,
+    vllm: Annotated[Path | None, typer.Option(help="A 'vllm' executable (or an interpreter) to inspect.")] = None,
+    vllm_version: Annotated[str | None, typer.Option(help="No vLLM here: apply specguard's rules for this version.")] = None,
+    config: Annotated[str | None, typer.Option(help="Speculative config: JSON text or a file holding it.")] = None,
+    command: Annotated[str | None, typer.Option(help="Lint a 'vllm serve ...' line or systemd ExecStart= (text or file).")] = None,
+    target: Annotated[Path | None, typer.Option(help="Local target model directory (config.json) for the checks.")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Target tensor-parallel size.")] = 1,
+    max_model_len: Annotated[int | None, typer.Option(help="Target max model len.")] = None,
+    url: Annotated[str | None, typer.Option(help="A running server: /version, /v1/models, /metrics.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Gate 0: which vLLM is installed, which speculation flags it accepts, and whether a config is valid for it.
+
+    Exit 0 when the config (or command) is accepted or none was given, 1 when it would be rejected,
+    2 on bad input, 4 when no vLLM (or the --url server) could be reached.
+    """
+    from specguard.preflight.discover import DiscoveryError
+    from specguard.preflight.render import print_preflight
+    from specguard.preflight.run import PreflightInputError, load_command, load_config, run_preflight
+    from specguard.vllm.knowledge import VersionParseError
+
+    try:
+        cfg = load_config(config) if config is not None else None
+        argv = load_command(command) if command is not None else None
+        report = run_preflight(python=python, vllm=vllm, vllm_version=vllm_version, config=cfg, command=argv,
+                               target=target, tensor_parallel_size=tp, max_model_len=max_model_len, url=url,
+                               api_key=_api_key(api_key_env))
+    except (PreflightInputError, VersionParseError) as exc:
+        _fail(str(exc))
+    except DiscoveryError as exc:
+        _fail(str(exc), 4)
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_preflight(report, out)
+    if report.server is not None and not report.server.reachable:
+        raise typer.Exit(4)
+    raise typer.Exit(1 if report.valid is False else 0)
+
+
+def plan(
+    target: Annotated[str, typer.Option(help="Catalog name (llama-3.1-70b, qwen3-8b, ...) or a local HF directory.")],
+    gpu: Annotated[str | None, typer.Option(help="h100-80gb, h200-141gb, a100-40gb, a100-80gb, l40s, b200.")] = None,
+    gpu_memory_gib: Annotated[float | None, typer.Option(help="A custom GPU memory size.")] = None,
+    kv_cache_memory_gib: Annotated[float | None, typer.Option(help="Fixed KV budget per GPU (vLLM kv_cache_memory_bytes).")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor parallelism of the target.")] = 1,
+    draft: Annotated[str | None, typer.Option(help="Draft model or EAGLE head: catalog name or local directory.")] = None,
+    method: Annotated[str | None, typer.Option(help="ngram, suffix, draft_model, eagle, eagle3, mtp, ...")] = None,
+    draft_layers: Annotated[int | None, typer.Option(help="EAGLE head layers when no head directory is given.")] = None,
+    draft_tp: Annotated[int | None, typer.Option(help="draft_tensor_parallel_size (1 or the target's TP).")] = None,
+    num_speculative_tokens: Annotated[int | None, typer.Option(help="k; default by method.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="Weight dtype or quantization: bfloat16, fp8, awq, gptq, mxfp4...")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option(help="auto (the model's dtype), fp8, ...")] = "auto",
+    gpu_memory_utilization: Annotated[float | None, typer.Option(help="Default: the version's (0.9, 0.92 from 0.20).")] = None,
+    non_kv_reserve_gib: Annotated[float, typer.Option(help="Activations, CUDA graphs, context per GPU.")] = 2.0,
+    max_model_len: Annotated[int | None, typer.Option(help="Default: the model's max_position_embeddings.")] = None,
+    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
+    prompt_len: Annotated[int | None, typer.Option(help="Mean prompt tokens of the workload.")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Mean output tokens of the workload.")] = None,
+    expected_concurrency: Annotated[int | None, typer.Option(help="Warn when speculation pushes it past KV capacity.")] = None,
+    gate1: Annotated[Path | None, typer.Option(help="A 'specguard assess --json' report.")] = None,
+    vllm_version: Annotated[str | None, typer.Option(help="Version to emit the config for (default: embedded).")] = None,
+    url: Annotated[str | None, typer.Option(help="A running server: set the prediction beside its num_gpu_blocks.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
+    from specguard.planning.catalog import CatalogError
+    from specguard.planning.memory_plan import PlanError
+    from specguard.planning.render import print_plan
+    from specguard.planning.run import PlanRequest, build_plan
+    from specguard.vllm.knowledge import VersionParseError
+
+    if (prompt_len is None) != (output_len is None):
+        _fail("--prompt-len and --output-len go together")
+    request = PlanRequest(
+        target=target, gpu=gpu, gpu_memory_gib=gpu_memory_gib, kv_cache_memory_gib=kv_cache_memory_gib,
+        tensor_parallel_size=tp, draft=draft, method=method, draft_layers=draft_layers, draft_tensor_parallel_size=draft_tp,
+        num_speculative_tokens=num_speculative_tokens, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization, non_kv_reserve_gib=non_kv_reserve_gib, max_model_len=max_model_len,
+        block_size=block_size, prompt_len=prompt_len, output_len=output_len, expected_concurrency=expected_concurrency,
+        gate1=gate1, vllm_version=vllm_version, url=url)
+    try:
+        report = build_plan(request, _api_key(api_key_env))
+    except (CatalogError, PlanError, VersionParseError) as exc:
+        _fail(str(exc))
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_plan(report, out)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(preflight)
+    app.command()(plan)

@@ -1,0 +1,233 @@
+"""``specguard plan``: resolve the target, proposer and GPU, do the Gate 3 arithmetic, recommend and emit a config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from specguard.embedded.runtime import default_runtime_dir, load_manifest
+from specguard.memory.kv import kv_bytes_per_token
+from specguard.planning.catalog import GpuEntry, ModelEntry, resolve_gpu, resolve_model
+from specguard.planning.memory_plan import (
+    DEFAULT_NON_KV_RESERVE_GIB, DraftLayers, MemoryInputs, MemoryPlan, PlanError, Side, kv_dtype_bytes, plan_memory,
+    weight_bits,
+)
+from specguard.planning.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
+from specguard.preflight.findings import Finding
+from specguard.preflight.rules import RuleContext, check_config
+from specguard.preflight.translate import config_json, to_spec_args
+from specguard.server_metrics.server_facts import ServerFacts, inspect_server
+from specguard.vllm import knowledge as K
+
+GIB = 1024**3
+MODEL_FREE = {"ngram", "ngram_gpu", "suffix"}
+
+
+class PlanRequest(BaseModel):
+    target: str
+    gpu: str | None = None
+    gpu_memory_gib: float | None = None
+    kv_cache_memory_gib: float | None = None
+    tensor_parallel_size: int = 1
+    draft: str | None = None
+    method: str | None = None
+    draft_layers: int | None = None
+    draft_tensor_parallel_size: int | None = None
+    num_speculative_tokens: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float | None = None
+    non_kv_reserve_gib: float = DEFAULT_NON_KV_RESERVE_GIB
+    max_model_len: int | None = None
+    block_size: int = 16
+    prompt_len: int | None = None
+    output_len: int | None = None
+    expected_concurrency: int | None = None
+    gate1: Path | None = None
+    vllm_version: str | None = None
+    url: str | None = None
+
+
+class ModelSummary(BaseModel):
+    name: str
+    source: str
+    params: float
+    weight_dtype: str
+    weight_bytes: float
+    kv_bytes_per_token: int = Field(description="whole model, every layer, before any tensor-parallel split")
+    num_layers: int
+    attention: str
+
+
+class ServerComparison(BaseModel):
+    side: str
+    server_blocks: int
+    predicted_blocks: int
+    error_percent: float
+    block_size: int
+    kv_budget: str
+
+
+class PlanReport(BaseModel):
+    target: ModelSummary
+    draft: ModelSummary | None
+    method: str | None
+    num_speculative_tokens: int | None
+    gpu: GpuEntry | None
+    tensor_parallel_size: int
+    vllm_version: str
+    inputs: dict[str, Any]
+    baseline: Side
+    speculative: Side
+    headroom_lost_percent: float
+    concurrency_lost_percent: float | None
+    warnings: list[str]
+    notes: list[str]
+    recommendation: Recommendation
+    config: dict[str, Any] | None
+    config_json: str | None
+    spec_args: list[str] | None
+    config_findings: list[Finding]
+    server: ServerFacts | None = None
+    server_comparison: ServerComparison | None = None
+
+
+def _version(request: PlanRequest) -> tuple[str, str]:
+    if request.vllm_version:
+        return request.vllm_version, "--vllm-version"
+    runtime = load_manifest(default_runtime_dir())
+    if runtime is not None:
+        return runtime.vllm_version, "the embedded runtime"
+    return K.version_text(K.LATEST_KNOWN), "latest release specguard knows"
+
+
+def _summary(m: ModelEntry, dtype: str, kv_bytes: int) -> ModelSummary:
+    weights = m.weight_bytes if m.weight_bytes and dtype == m.native_dtype else m.params * weight_bits(dtype) / 8
+    return ModelSummary(name=m.name, source=m.source, params=m.params, weight_dtype=dtype, weight_bytes=weights,
+                        kv_bytes_per_token=kv_bytes_per_token(m.shape, kv_bytes, 1), num_layers=m.shape.num_layers,
+                        attention="MLA" if m.shape.is_mla else f"GQA {m.shape.num_kv_heads} KV heads x {m.shape.head_dim}")
+
+
+def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEntry | None, req: PlanRequest,
+                  dtype: str, notes: list[str]) -> DraftLayers | None:
+    if method is None or method in MODEL_FREE or method == "custom_class":
+        return None
+    dtp = req.draft_tensor_parallel_size or req.tensor_parallel_size
+    canon = K.canonical_method(method)
+    bits = weight_bits(dtype)
+    if canon == "mtp":
+        if not target.mtp_layers:
+            raise PlanError(f"method mtp needs MTP layers, and {target.name} has none")
+        shape = target.shape.model_copy(update={"num_layers": target.mtp_layers})
+        weights = (target.mtp_params or target.mtp_layers * target.decoder_layer_params) * bits / 8
+    elif draft is not None:
+        shape = draft.shape
+        weights = draft.weight_bytes or draft.params * bits / 8
+    elif canon in ("eagle", "eagle3", "dflash"):
+        layers = req.draft_layers or 1
+        shape = target.shape.model_copy(update={"num_layers": layers})
+        weights = layers * target.decoder_layer_params * bits / 8
+        notes.append(f"{method} head estimated as {layers} decoder layer(s) with the target's attention shape; "
+                     "give the head's directory with --draft for its real size")
+    else:
+        raise PlanError(f"method {method} needs a draft: give --draft NAME_OR_DIR")
+    return DraftLayers(shape=shape, tensor_parallel_size=dtp, weight_bytes=weights,
+                       lookahead_slots=K.lookahead_slots(method, k))
+
+
+def _config(method: str | None, k: int | None, draft: ModelEntry | None, req: PlanRequest) -> dict[str, Any] | None:
+    if method is None:
+        return None
+    cfg: dict[str, Any] = {"method": method}
+    if draft is not None and method not in MODEL_FREE:
+        cfg["model"] = req.draft
+    if k is not None:
+        cfg["num_speculative_tokens"] = k
+    if method == "ngram":
+        cfg.update(prompt_lookup_min=2, prompt_lookup_max=5)
+    if req.draft_tensor_parallel_size is not None:
+        cfg["draft_tensor_parallel_size"] = req.draft_tensor_parallel_size
+    return cfg
+
+
+def _evidence(path: Path | None) -> Gate1Evidence | None:
+    if path is None:
+        return None
+    try:
+        return gate1_evidence(json.loads(path.read_text()), str(path))
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
+
+
+def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
+    target = resolve_model(req.target)
+    draft = resolve_model(req.draft) if req.draft else None
+    version_text, version_source = _version(req)
+    version = K.parse_version(version_text)
+    notes = [f"vLLM version {version_text} from {version_source}"]
+    rec = recommend(target, draft, req.method, _evidence(req.gate1))
+    method = rec.method
+    k = req.num_speculative_tokens or rec.num_speculative_tokens or DEFAULT_K.get(method or "", None)
+    dtype = req.dtype or target.native_dtype
+    kv_bytes = kv_dtype_bytes(req.kv_cache_dtype, dtype)
+    draft_layers = _draft_layers(method, k or 0, target, draft, req, req.dtype or (draft or target).native_dtype, notes)
+    if target.sliding_window_layers:
+        notes.append(f"{target.sliding_window_layers} of {target.shape.num_layers} layers use a sliding window; they "
+                     "are counted as full attention, so capacity here is a lower bound")
+    if method == "suffix":
+        notes.append("suffix decoding keeps its trees in host memory, not the KV cache")
+    server = inspect_server(req.url, api_key) if req.url else None
+    gpu = resolve_gpu(req.gpu, req.gpu_memory_gib)
+    inputs = MemoryInputs(
+        target_shape=target.shape, target_weight_bytes=_summary(target, dtype, kv_bytes).weight_bytes,
+        tensor_parallel_size=req.tensor_parallel_size, gpu_memory_bytes=gpu.memory_bytes if gpu else None,
+        gpu_memory_utilization=req.gpu_memory_utilization or K.default_gpu_memory_utilization(version),
+        kv_cache_memory_bytes=int(req.kv_cache_memory_gib * GIB) if req.kv_cache_memory_gib is not None else None,
+        non_kv_reserve_bytes=req.non_kv_reserve_gib * GIB, kv_dtype_bytes=kv_bytes, block_size=req.block_size,
+        max_model_len=req.max_model_len or target.max_position_embeddings, prompt_len=req.prompt_len,
+        output_len=req.output_len, expected_concurrency=req.expected_concurrency)
+    comparison = None
+    if server is not None and server.num_gpu_blocks is not None:
+        inputs, comparison = _compare(inputs, draft_layers, server)
+    plan: MemoryPlan = plan_memory(inputs, draft_layers)
+    cfg = _config(method, k, draft, req)
+    if cfg and draft is not None and draft.source == "catalog":
+        notes.append(f"'{req.draft}' is a catalog name: put the draft's repository id or local path in 'model'")
+    findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size,
+                                             target_max_model_len=inputs.max_model_len)) if cfg else []
+    return PlanReport(
+        target=_summary(target, dtype, kv_bytes),
+        draft=_summary(draft, req.dtype or draft.native_dtype, kv_bytes) if draft else None,
+        method=method, num_speculative_tokens=k if method else None, gpu=gpu,
+        tensor_parallel_size=req.tensor_parallel_size, vllm_version=version_text,
+        inputs=inputs.model_dump(exclude={"target_shape"}), baseline=plan.baseline, speculative=plan.speculative,
+        headroom_lost_percent=plan.headroom_lost_percent, concurrency_lost_percent=plan.concurrency_lost_percent,
+        warnings=plan.warnings + rec.cautions, notes=notes, recommendation=rec, config=cfg,
+        config_json=config_json(cfg) if cfg else None, spec_args=to_spec_args(cfg, version) if cfg else None,
+        config_findings=findings, server=server, server_comparison=comparison)
+
+
+def _compare(inputs: MemoryInputs, draft: DraftLayers | None,
+             server: ServerFacts) -> tuple[MemoryInputs, ServerComparison]:
+    """Re-plan with the server's own cache settings, and set the prediction beside its num_gpu_blocks."""
+    cache = server.cache_config or {}
+    update: dict[str, Any] = {"block_size": server.block_size or inputs.block_size}
+    budget = "gpu_memory_utilization x GPU memory - weights - reserve"
+    fixed = cache.get("kv_cache_memory_bytes")
+    if fixed not in (None, "", "None"):
+        update["kv_cache_memory_bytes"] = int(float(fixed))
+        budget = f"kv_cache_memory_bytes={int(float(fixed))} (reported by the server)"
+    elif cache.get("gpu_memory_utilization") not in (None, "", "None"):
+        update["gpu_memory_utilization"] = float(cache["gpu_memory_utilization"])
+    inputs = inputs.model_copy(update=update)
+    side_name = "speculative" if server.speculation_on else "baseline"
+    predicted = plan_memory(inputs, draft if server.speculation_on else None)
+    side = predicted.speculative if server.speculation_on else predicted.baseline
+    actual = server.num_gpu_blocks or 0
+    error = 100.0 * (side.kv_blocks - actual) / actual if actual else 0.0
+    return inputs, ServerComparison(side=side_name, server_blocks=actual, predicted_blocks=side.kv_blocks,
+                                    error_percent=round(error, 3), block_size=inputs.block_size, kv_budget=budget)
+

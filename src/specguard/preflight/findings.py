@@ -1,0 +1,22 @@
+"""One finding of a preflight check: what is wrong, by which rule, and how to fix it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+Severity = Literal["error", "warning", "info"]
+
+
+class Finding(BaseModel):
+    key: str
+    message: str
+    severity: Severity = "error"
+    rule: str = ""
+    fix: str = ""
+    source: Literal["specguard", "vllm"] = "specguard"
+
+
+def errors(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == "error"]
