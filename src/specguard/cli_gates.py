@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -33,7 +32,7 @@ def preflight(
     vllm: Annotated[Path | None, typer.Option(help="A 'vllm' executable (or an interpreter) to inspect.")] = None,
     vllm_version: Annotated[str | None, typer.Option(help="No vLLM here: apply specguard's rules for this version.")] = None,
     config: Annotated[str | None, typer.Option(help="Speculative config: JSON text or a file holding it.")] = None,
-    command: Annotated[str | None, typer.Option(help="Lint a 'vllm serve ...' line or systemd ExecStart= (text or file).")] = None,
+    command: Annotated[str | None, typer.Option(help="Lint a vllm serve line or systemd ExecStart= (text or file).")] = None,
     target: Annotated[Path | None, typer.Option(help="Local target model directory (config.json) for the checks.")] = None,
     tp: Annotated[int, typer.Option("--tp", help="Target tensor-parallel size.")] = 1,
     max_model_len: Annotated[int | None, typer.Option(help="Target max model len.")] = None,
@@ -74,7 +73,7 @@ def plan(
     target: Annotated[str, typer.Option(help="Catalog name (llama-3.1-70b, qwen3-8b, ...) or a local HF directory.")],
     gpu: Annotated[str | None, typer.Option(help="h100-80gb, h200-141gb, a100-40gb, a100-80gb, l40s, b200.")] = None,
     gpu_memory_gib: Annotated[float | None, typer.Option(help="A custom GPU memory size.")] = None,
-    kv_cache_memory_gib: Annotated[float | None, typer.Option(help="Fixed KV budget per GPU (vLLM kv_cache_memory_bytes).")] = None,
+    kv_cache_memory_gib: Annotated[float | None, typer.Option(help="Fixed KV budget per GPU (kv_cache_memory_bytes).")] = None,
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallelism of the target.")] = 1,
     draft: Annotated[str | None, typer.Option(help="Draft model or EAGLE head: catalog name or local directory.")] = None,
     method: Annotated[str | None, typer.Option(help="ngram, suffix, draft_model, eagle, eagle3, mtp, ...")] = None,

@@ -8,7 +8,13 @@ import pytest
 
 from specguard.preflight.findings import errors
 from specguard.preflight.translate import (
-    CommandError, extract_speculation, legacy_to_config, server_args, split_command, to_legacy_flags, to_spec_args,
+    CommandError,
+    extract_speculation,
+    legacy_to_config,
+    server_args,
+    split_command,
+    to_legacy_flags,
+    to_spec_args,
 )
 from specguard.vllm import knowledge as K
 

@@ -12,7 +12,14 @@ from specguard.embedded.runtime import default_runtime_dir, load_manifest
 from specguard.memory.kv import kv_bytes_per_token
 from specguard.planning.catalog import GpuEntry, ModelEntry, resolve_gpu, resolve_model
 from specguard.planning.memory_plan import (
-    DEFAULT_NON_KV_RESERVE_GIB, DraftLayers, MemoryInputs, MemoryPlan, PlanError, Side, kv_dtype_bytes, plan_memory,
+    DEFAULT_NON_KV_RESERVE_GIB,
+    DraftLayers,
+    MemoryInputs,
+    MemoryPlan,
+    PlanError,
+    Side,
+    kv_dtype_bytes,
+    plan_memory,
     weight_bits,
 )
 from specguard.planning.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend

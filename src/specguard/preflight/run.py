@@ -18,7 +18,13 @@ from specguard.preflight import discover
 from specguard.preflight.findings import Finding, errors
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.preflight.translate import (
-    CommandError, config_json, extract_speculation, server_args, split_command, to_legacy_flags, to_spec_args,
+    CommandError,
+    config_json,
+    extract_speculation,
+    server_args,
+    split_command,
+    to_legacy_flags,
+    to_spec_args,
 )
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
 from specguard.vllm import knowledge as K
