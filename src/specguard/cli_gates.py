@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -121,6 +122,80 @@ def plan(
         print_plan(report, out)
 
 
+inventory_app = typer.Typer(help="Gate 3's pinned inventory: write one, or diff two.", no_args_is_help=False)
+
+
+@inventory_app.callback(invoke_without_command=True)
+def inventory(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help="A running server to record.")] = None,
+    command: Annotated[str | None, typer.Option(help="A vllm serve line or systemd unit (text or file) to record.")] = None,
+    config: Annotated[str | None, typer.Option(help="With --url: the server's speculative config (JSON or file).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU type, for a server that is not on this machine.")] = None,
+    runs: Annotated[list[Path] | None, typer.Option("--run", help="Benchmark run dirs for mean prompt/output tokens.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write it.")] = Path("inventory.json"),
+) -> None:
+    """Write inventory.json for a running server (--url) and/or a launch command (--command)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from specguard.inventory.collect import from_args, from_server, lengths_from_runs
+    from specguard.preflight.run import PreflightInputError, load_command, load_config
+    from specguard.server_metrics.server_facts import inspect_server
+
+    if url is None and command is None:
+        _fail("give --url (a running server) and/or --command (its launch line)")
+    try:
+        args = load_command(command) if command is not None else None
+        cfg = load_config(config) if config is not None else None
+        lengths = lengths_from_runs(runs or [])
+    except (PreflightInputError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    facts = inspect_server(url, _api_key(api_key_env)) if url else None
+    if facts is not None and not facts.reachable:
+        _fail(f"{url}: not reachable ({'; '.join(facts.errors)})", 4)
+    if args is not None:
+        inv = from_args(args, f"command line{' and running server ' + url if url else ''}", facts, gpu, lengths)
+    else:
+        assert facts is not None
+        inv = from_server(facts, cfg, gpu, lengths)
+    out_path.write_text(inv.model_dump_json(indent=2))
+    err.print(f"wrote {out_path}", highlight=False)
+
+
+@inventory_app.command("diff")
+def inventory_diff(
+    a: Annotated[Path, typer.Argument(help="Baseline inventory.json")],
+    b: Annotated[Path, typer.Argument(help="Candidate inventory.json")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")] = False,
+) -> None:
+    """List what differs; warn when more than one deployment variable changed. Exit 1 when it did."""
+    from pydantic import ValidationError
+
+    from specguard.inventory.diff import diff_inventories
+    from specguard.inventory.model import Inventory
+
+    loaded = []
+    for path in (a, b):
+        try:
+            loaded.append(Inventory.model_validate_json(path.read_text()))
+        except (OSError, ValidationError) as exc:
+            _fail(f"{path}: not a specguard inventory ({str(exc).splitlines()[0]})")
+    d = diff_inventories(*loaded)
+    if as_json:
+        print(d.model_dump_json(indent=2))
+    else:
+        for diff in d.differences:
+            kind = "variable" if diff.variable else "measured"
+            out.print(f"{kind:<9} {diff.field}: {json.dumps(diff.a)} -> {json.dumps(diff.b)}", highlight=False, markup=False)
+        if not d.differences:
+            out.print("identical")
+        for w in d.warnings:
+            err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    raise typer.Exit(1 if len(d.changed_variables) > 1 else 0)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(preflight)
     app.command()(plan)
+    app.add_typer(inventory_app, name="inventory")

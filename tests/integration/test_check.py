@@ -119,6 +119,14 @@ def test_launched_arms_verdict_matches_the_stored_numbers(runtime, models, tmp_p
     assert r.returncode == {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}[verdict["verdict"]], r.stderr[-3000:]
     inv = verdict["inventory"]
     assert inv["baseline"]["kind"] == "launched" and inv["candidate"]["speculative_config"]["method"] == "ngram"
+    # the pinned inventory is embedded, and speculation is the one variable that changed
+    base, cand = inv["baseline"]["pinned"], inv["candidate"]["pinned"]
+    assert base["vllm_version"] == cand["vllm_version"] == runtime.vllm_version
+    assert base["model"]["content_hash"] == cand["model"]["content_hash"] and base["model"]["content_hash"]
+    assert cand["speculative_config"]["method"] == "ngram" and base["speculative_config"] is None
+    assert base["kv"]["num_gpu_blocks"] > 0 and base["mean_output_tokens"] > 0 and base["max_model_len"] == 1024
+    assert verdict["inventory_diff"]["changed_variables"] == ["speculation"]
+    assert "pinned: vLLM" in (out / "report.md").read_text()
     port = {a: inv[a]["command"][inv[a]["command"].index("--port") + 1] for a in ("baseline", "candidate")}
     assert port["baseline"] == port["candidate"], "both arms are served on the same port, one after the other"
     for cell in verdict["cells"]:

@@ -51,7 +51,8 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
         if cmd[0] != "specguard":
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
-        known = ("bench", "summary", "compare", "check", "report", "demo", "embedded", "install", "models", "serve")
+        known = ("bench", "summary", "compare", "check", "report", "demo", "embedded", "install", "models", "serve",
+                 "preflight", "plan", "inventory", "diff")
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):
@@ -107,3 +108,18 @@ def test_make_demo_runs_the_main_job():
     again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0 and json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
+
+
+@pytest.mark.vllm
+def test_readme_gate_commands_that_need_no_server_run_as_written():
+    """preflight (against the embedded vLLM or offline rules) and plan (catalogs) run exactly as the README shows."""
+    ran = 0
+    for cmd in readme_commands():
+        if cmd[0] != "specguard" or cmd[1] not in ("preflight", "plan") or any(
+                w.startswith(("http", "/etc/", "~")) for w in cmd):
+            continue
+        r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], capture_output=True, text=True, timeout=600)
+        assert r.returncode in (0, 1), f"{shlex.join(cmd)}: {r.stderr[-2000:]}"
+        assert "Traceback" not in r.stderr and r.stdout.strip()
+        ran += 1
+    assert ran >= 4

@@ -16,6 +16,9 @@ from specguard.check.aggregate import cell_comparisons
 from specguard.check.plan import CheckPlan
 from specguard.check.runner import ArmInventory, CheckRun
 from specguard.check.verdict import CellComparison, Failure, Verdict, decide
+from specguard.inventory.collect import lengths_from_runs
+from specguard.inventory.diff import diff_inventories
+from specguard.inventory.model import InventoryDiff
 from specguard.results.models import RunInfo
 
 CHECK_SCHEMA = "specguard.check/1"
@@ -39,6 +42,7 @@ class VerdictFile(Verdict):
     plan: str
     exit_code: int
     inventory: dict[str, ArmInventory]
+    inventory_diff: InventoryDiff | None = None
     cells: list[CellComparison]
     commands: list[str]
     definitions: dict[str, str]
@@ -73,10 +77,15 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
         if runs:
             info = RunInfo.model_validate_json(runs[0].read_text())
             cache = info.cache_config or {}
-            inv = inv.model_copy(update={
+            update: dict[str, object] = {
                 "vllm_version": info.server_version,
                 "hardware": {k: cache[k] for k in _HARDWARE_KEYS if k in cache},
-            })
+            }
+            if inv.pinned is not None:
+                prompt, output = lengths_from_runs([p.parent for p in runs])
+                update["pinned"] = inv.pinned.model_copy(update={"mean_prompt_tokens": prompt,
+                                                                 "mean_output_tokens": output})
+            inv = inv.model_copy(update=update)
         inventory[arm] = inv
     return inventory
 
@@ -90,9 +99,14 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     defs = dict(DEFINITIONS)
     defs["ratio"] = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s)"
     defs["95% CI"] = "percentile bootstrap, requests resampled within repetitions (per-token ITL by request)"
+    inventory = observed_inventory(record, out)
+    pinned = [inventory[a].pinned for a in ("baseline", "candidate") if a in inventory]
+    inv_diff = diff_inventories(pinned[0], pinned[1]) if len(pinned) == 2 and all(pinned) else None  # type: ignore[arg-type]
+    if inv_diff is not None:
+        verdict = verdict.model_copy(update={"warnings": verdict.warnings + inv_diff.warnings})
     return VerdictFile(
         **verdict.model_dump(), plan=plan.name, exit_code=EXIT_CODES[verdict.verdict],
-        inventory=observed_inventory(record, out),
+        inventory=inventory, inventory_diff=inv_diff,
         cells=cells, commands=commands(record, out), definitions=defs,
     )
 

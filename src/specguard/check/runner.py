@@ -16,17 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from specguard.check.plan import Arm, CheckPlan
 from specguard.check.verdict import Failure
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import VllmRuntime, ensure_runtime
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
+from specguard.inventory.collect import from_server, from_spec
+from specguard.inventory.model import Inventory
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench, server_root
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_jsonl
+from specguard.server_metrics.server_facts import inspect_server
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import ServerSpec
 
@@ -47,6 +50,7 @@ class ArmInventory(BaseModel):
     max_model_len: int | None = None
     hardware: dict[str, str] = {}
     command: list[str] | None = None
+    pinned: Inventory | None = Field(default=None, description="the Gate 3 inventory, recorded when the arm first ran")
 
 
 @dataclass
@@ -114,9 +118,11 @@ def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) ->
                 server.wait_ready()
             except ServerStartError as exc:
                 raise CheckRuntimeError(f"the {arm_name} server would not start:\n{exc}") from exc
-            result.inventory.setdefault(arm_name, ArmInventory(
-                arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
-                max_model_len=spec.max_model_len, command=server.argv))
+            if arm_name not in result.inventory:
+                pinned = from_spec(spec, inspect_server(server.base_url), f"launched arm '{arm_name}'")
+                result.inventory[arm_name] = ArmInventory(
+                    arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
+                    max_model_len=spec.max_model_len, command=server.argv, pinned=pinned)
             try:
                 _run_block(plan, result, arm_name, rep, server.base_url, spec.name, server.metrics_url, None,
                            prompt_sets, server)
@@ -128,7 +134,9 @@ def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) ->
             api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
             if ep.api_key_env and api_key is None:
                 raise CheckRuntimeError(f"{arm_name}: environment variable {ep.api_key_env} is not set")
-            result.inventory.setdefault(arm_name, ArmInventory(arm=arm_name, kind="endpoint", model=ep.model))
+            if arm_name not in result.inventory:
+                pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
+                result.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
             metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
             _run_block(plan, result, arm_name, rep, ep.base_url, ep.model, metrics, api_key, prompt_sets, None)
     return result

@@ -21,6 +21,8 @@ from specguard.preflight.translate import (
     CommandError,
     config_json,
     extract_speculation,
+    model_argument,
+    option_value,
     server_args,
     split_command,
     to_legacy_flags,
@@ -104,14 +106,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _command_option(args: list[str], *names: str) -> str | None:
-    for i, tok in enumerate(args):
-        flag, _, inline = tok.partition("=")
-        if flag.replace("_", "-") in names:
-            return inline or (args[i + 1] if i + 1 < len(args) else None)
-    return None
-
-
 def _vllm_findings(answer: dict[str, Any], fields: list[str]) -> list[Finding]:
     if answer.get("accepted"):
         return [Finding(key="note", severity="info", source="vllm", message=n) for n in answer.get("notes", [])]
@@ -146,11 +140,11 @@ def run_preflight(
     rules_version = K.parse_version(vllm_version) if vllm_version else None
     if command is not None:
         spec = extract_speculation(command, rules_version or K.LATEST_KNOWN)
-        model = command[0] if command and not command[0].startswith("-") else _command_option(command, "--model")
+        model = model_argument(command)
         target = target or (Path(model) if model and Path(model).is_dir() else None)
-        tp_text = _command_option(command, "--tensor-parallel-size", "-tp")
+        tp_text = option_value(command, "--tensor-parallel-size", "-tp")
         tensor_parallel_size = int(tp_text) if tp_text and tp_text.isdigit() else tensor_parallel_size
-        mml = _command_option(command, "--max-model-len")
+        mml = option_value(command, "--max-model-len")
         max_model_len = int(mml) if mml and mml.isdigit() else max_model_len
     checked = config if config is not None else (spec.config if spec else None)
     request = {"target": str(target) if target else None, "tensor_parallel_size": tensor_parallel_size,

@@ -61,6 +61,20 @@ def server_args(argv: list[str]) -> list[str]:
                        "'python -m vllm.entrypoints.openai.api_server ...'")
 
 
+def option_value(args: list[str], *names: str) -> str | None:
+    """The value of the first of ``names`` in ``args`` (``--flag value`` or ``--flag=value``, underscores allowed)."""
+    for i, tok in enumerate(args):
+        flag, _, inline = tok.partition("=")
+        if flag.replace("_", "-") in names:
+            return inline or (args[i + 1] if i + 1 < len(args) else None)
+    return None
+
+
+def model_argument(args: list[str]) -> str | None:
+    """``vllm serve MODEL`` puts it first; the API-server module takes ``--model``."""
+    return args[0] if args and not args[0].startswith("-") else option_value(args, "--model")
+
+
 def _parse_value(text: str, flag: str, out: list[Finding]) -> Any:
     try:
         return json.loads(text)

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 from specguard.analysis.compare import metric_values
 from specguard.check.aggregate import rep_dirs
 from specguard.check.runner import ARMS, cell_key
+from specguard.report.markdown import pinned_line
 from specguard.results.store import load_run, load_summary
 
 if TYPE_CHECKING:
@@ -118,5 +119,5 @@ def render_html(v: VerdictFile, record: CheckRecord, out: Path) -> str:
     charts = [latency_vs_load(v, record), distributions(record, out), acceptance(record, out),
               server_gauges(record, out)]
     return env.get_template(TEMPLATE.name).render(
-        v=v, charts=charts, plotly_js=plotly_js, out=os.fspath(out),
+        v=v, charts=charts, plotly_js=plotly_js, out=os.fspath(out), pinned_line=pinned_line,
     )

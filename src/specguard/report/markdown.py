@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specguard.inventory.model import Inventory, ModelIdentity
+
 if TYPE_CHECKING:
     from specguard.check.report import VerdictFile
 
 
 def _f(x: float | None, digits: int = 2) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def pinned_line(p: Inventory) -> str:
+    """The pinned inventory in one line: what must not change between baseline and candidate."""
+    def short(m: ModelIdentity | None) -> str:
+        if m is None:
+            return "none"
+        return f"`{m.name}`" + (f" @{m.revision}" if m.revision else "") + (f" {m.content_hash[:19]}" if m.content_hash else "")
+
+    kv = p.kv
+    return (f"vLLM {p.vllm_version}, model {short(p.model)}, draft {short(p.draft)}, GPU {p.gpu}, TP {p.tensor_parallel_size}, "
+            f"max len {p.max_model_len}, quantization {p.quantization}, KV {kv.num_gpu_blocks} blocks x {kv.block_size} "
+            f"= {kv.kv_tokens} tokens, mean prompt/output tokens {p.mean_prompt_tokens}/{p.mean_output_tokens}")
 
 
 def render_markdown(v: VerdictFile) -> str:
@@ -36,6 +51,11 @@ def render_markdown(v: VerdictFile) -> str:
     for inv in v.inventory.values():
         out.append(f"- **{inv.arm}** ({inv.kind}): model `{inv.model}`, vLLM {inv.vllm_version or 'unknown'}, "
                    f"speculative config `{inv.speculative_config}`, max model len {inv.max_model_len}")
+        if inv.pinned is not None:
+            out.append("  - pinned: " + pinned_line(inv.pinned))
+    if v.inventory_diff is not None:
+        changed = v.inventory_diff.changed_variables
+        out.append(f"- baseline vs candidate: {len(changed)} deployment variable(s) changed: {', '.join(changed) or 'none'}")
     out += ["", "## Reproduce", "", "```bash"] + v.commands + ["```", "", "## Definitions", ""]
     out += [f"- **{k}**: {d}" for k, d in v.definitions.items()]
     return "\n".join(out) + "\n"
