@@ -132,21 +132,26 @@ def inventory(
     command: Annotated[str | None, typer.Option(help="A vllm serve line or systemd unit (text or file) to record.")] = None,
     config: Annotated[str | None, typer.Option(help="With --url: the server's speculative config (JSON or file).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU type, for a server that is not on this machine.")] = None,
+    plan_path: Annotated[Path | None, typer.Option("--plan", help="A check plan: record one of its arms.")] = None,
+    arm: Annotated[str | None, typer.Option(help="With --plan: baseline or candidate.")] = None,
     runs: Annotated[list[Path] | None, typer.Option("--run", help="Benchmark run dirs for mean prompt/output tokens.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
     out_path: Annotated[Path, typer.Option("--out", help="Where to write it.")] = Path("inventory.json"),
 ) -> None:
-    """Write inventory.json for a running server (--url) and/or a launch command (--command)."""
+    """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
         return
     from specguard.inventory.collect import from_args, from_server, lengths_from_runs
     from specguard.preflight.run import PreflightInputError, load_command, load_config
     from specguard.server_metrics.server_facts import inspect_server
 
-    if url is None and command is None:
-        _fail("give --url (a running server) and/or --command (its launch line)")
+    if url is None and command is None and plan_path is None:
+        _fail("give --url (a running server), --command (its launch line) or --plan with --arm")
     try:
         args = load_command(command) if command is not None else None
+        if plan_path is not None:
+            launch_args, endpoint_url = _plan_arm(plan_path, arm)
+            args, url = args or launch_args, url or endpoint_url
         cfg = load_config(config) if config is not None else None
         lengths = lengths_from_runs(runs or [])
     except (PreflightInputError, OSError, ValueError) as exc:
@@ -155,12 +160,34 @@ def inventory(
     if facts is not None and not facts.reachable:
         _fail(f"{url}: not reachable ({'; '.join(facts.errors)})", 4)
     if args is not None:
-        inv = from_args(args, f"command line{' and running server ' + url if url else ''}", facts, gpu, lengths)
+        what = f"arm '{arm}' of {plan_path}" if plan_path else "command line"
+        inv = from_args(args, what + (f" and running server {url}" if url else ""), facts, gpu, lengths)
     else:
         assert facts is not None
         inv = from_server(facts, cfg, gpu, lengths)
     out_path.write_text(inv.model_dump_json(indent=2))
     err.print(f"wrote {out_path}", highlight=False)
+
+
+def _plan_arm(plan_path: Path, arm: str | None) -> tuple[list[str] | None, str | None]:
+    """A plan arm as server arguments (launched) or its URL (endpoint)."""
+    from specguard.check.plan import PlanError, load_plan
+    from specguard.check.runner import server_spec_for, uses_embedded
+    from specguard.embedded.models import ensure_models
+    from specguard.embedded.runtime import ensure_runtime
+    from specguard.inventory.collect import spec_args
+
+    if arm not in ("baseline", "candidate"):
+        _fail("--arm must be baseline or candidate")
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as exc:
+        _fail(str(exc))
+    chosen = getattr(plan.arms, str(arm))
+    if chosen.endpoint is not None:
+        return None, chosen.endpoint.base_url
+    models = ensure_models(ensure_runtime()) if uses_embedded(plan) else None
+    return spec_args(server_spec_for(chosen, models, 0)), None
 
 
 @inventory_app.command("diff")

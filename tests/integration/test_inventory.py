@@ -44,3 +44,20 @@ def test_inventory_diff_refuses_other_files(tmp_path: Path) -> None:
     bad.write_text("{}")
     r = _sg("inventory", "diff", str(bad), str(bad))
     assert r.returncode == 2 and str(bad) in r.stderr
+
+
+def test_inventory_of_a_plan_arm_and_a_three_variable_change(tmp_path: Path) -> None:
+    plan = Path(__file__).parents[2] / "examples" / "gpu-llama70b-draft8b.yaml"
+    base, cand = tmp_path / "b.json", tmp_path / "c.json"
+    assert _sg("inventory", "--plan", str(plan), "--arm", "baseline", "--gpu", "8 x H100", "--out", str(base)).returncode == 0
+    r = _sg("inventory", "--plan", str(plan), "--arm", "candidate", "--gpu", "8 x H100", "--out", str(cand))
+    assert r.returncode == 0, r.stderr
+    c = json.loads(cand.read_text())
+    assert c["draft"]["name"] == "meta-llama/Llama-3.1-8B-Instruct" and c["tensor_parallel_size"] == 4
+    assert c["gpu"] == "8 x H100" and any("--url" in n for n in c["notes"])
+    assert json.loads(_sg("inventory", "diff", str(base), str(cand), "--json").stdout)["changed_variables"] == ["speculation"]
+    c.update(quantization="fp8", vllm_version="0.33.0")
+    cand.write_text(json.dumps(c))
+    r = _sg("inventory", "diff", str(base), str(cand))
+    assert r.returncode == 1 and "3 variables changed" in r.stderr
+    assert "quantization" in r.stdout and "speculative_config" in r.stdout

@@ -160,3 +160,18 @@ def test_help_text_lists_the_same_speculation_options(runtime: VllmRuntime, aske
     assert proc.returncode == 0, proc.stderr[-2000:]
     from_help = [o for o in discover.options_from_help(proc.stdout) if "spec" in o or "ngram" in o or o == "-sc"]
     assert from_help == asked["answer"].options
+
+
+def test_working_executable_without_an_interpreter_is_read_from_its_help(runtime: VllmRuntime, tmp_path: Path) -> None:
+    """A shell-wrapped vllm (no Python #! line to follow): version from --version, surface from --help=all."""
+    wrapper = tmp_path / "vllm"
+    env = " ".join(f"{k}={v}" for k, v in runtime.env.items())
+    wrapper.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo {runtime.vllm_version}; exit 0; fi\n"
+                       f"shift\nexec env {env} {runtime.python} -m {API_SERVER_MODULE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    rc, report = _preflight("--vllm", str(wrapper), "--config", '{"method": "medusa", "num_speculative_tokens": 3}')
+    assert report["version"] == runtime.vllm_version and report["version_source"].endswith("--version")
+    assert report["surface"]["source"].endswith("serve --help=all")
+    assert report["surface"]["spec_args"] and report["surface"]["short_alias"] and not report["surface"]["legacy_flags"]
+    assert report["checked_by"] == ["specguard-rules"]
+    assert rc == 1 and any(f["key"] == "model" for f in report["findings"])  # medusa needs its heads

@@ -90,3 +90,18 @@ def test_catalog_errors_name_the_choices(tmp_path) -> None:
     (tmp_path / "config.json").write_text("{\"num_hidden_layers\": 2}")
     with pytest.raises(CatalogError, match="config.json"):
         resolve_model(str(tmp_path))
+
+
+def test_gate1_report_supplies_lengths_and_can_veto(tmp_path) -> None:
+    import json
+
+    report = tmp_path / "assess.json"
+    report.write_text(json.dumps({"mean_prompt_tokens": 812.4, "mean_output_tokens": 190.0,
+                                  "segments": {"extraction": {"verdict": "good candidate",
+                                                              "ngram": {"acceptance_rate": 0.62}}}}))
+    p = _plan(target="llama-3.1-8b", gpu="h100-80gb", gate1=report)
+    assert p.method == "ngram" and "62%" in p.recommendation.reasons[0]
+    assert p.baseline.tokens_per_sequence == 812 + 190
+    report.write_text(json.dumps({"segments": {"chat": {"verdict": "poor candidate"}}}))
+    off = _plan(target="llama-3.1-8b", gpu="h100-80gb", gate1=report)
+    assert off.method is None and off.config is None and off.speculative.kv_tokens == off.baseline.kv_tokens

@@ -115,3 +115,14 @@ def test_surface_and_defaults_by_version() -> None:
     assert not K.surface_for((0, 21, 0)).spec_args and K.surface_for((0, 22, 0)).spec_args
     assert K.default_gpu_memory_utilization((0, 19, 0)) == 0.9 and K.default_gpu_memory_utilization((0, 20, 0)) == 0.92
     assert K.lookahead_slots("ngram", 4) == 0 and K.lookahead_slots("dflash", 4) == 5 and K.lookahead_slots("eagle3", 3) == 3
+
+
+def test_fly_and_n_predict_rules() -> None:
+    fly = {"method": "ngram", "num_speculative_tokens": 1, "rejection_sample_method": "fly"}
+    assert _keys(_check(fly, "0.33.0")) == {"num_speculative_tokens"}
+    assert _keys(_check({**fly, "rejection_sample_method": "fly"}, "0.32.0")) == {"rejection_sample_method"}
+    windowed = {**fly, "num_speculative_tokens": 4, "fly_window_size": 4}
+    assert _keys(_check(windowed, "0.33.0")) == {"fly_window_size"}
+    heads = {"method": "eagle", "model": "/eagle", "num_speculative_tokens": 5}
+    assert _keys(_check(heads, "0.32.0", draft_config={"n_predict": 2})) == {"num_speculative_tokens"}
+    assert not errors(_check({**heads, "num_speculative_tokens": 4}, "0.32.0", draft_config={"n_predict": 2}))

@@ -72,7 +72,7 @@ def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
     return [(r, arm) for arm in ARMS for r in reps]
 
 
-def _server_spec(arm: Arm, models: ModelSet | None, port: int) -> ServerSpec:
+def server_spec_for(arm: Arm, models: ModelSet | None, port: int) -> ServerSpec:
     assert arm.launch is not None
     spec = arm.launch.model_dump(exclude={"startup_timeout_s"})
     spec["port"] = port
@@ -88,7 +88,7 @@ def _server_spec(arm: Arm, models: ModelSet | None, port: int) -> ServerSpec:
     return ServerSpec.model_validate(spec)
 
 
-def _uses_embedded(plan: CheckPlan) -> bool:
+def uses_embedded(plan: CheckPlan) -> bool:
     launches = [a.launch for a in (plan.arms.baseline, plan.arms.candidate) if a.launch is not None]
     return any("embedded:" in launch.model_dump_json() for launch in launches)
 
@@ -101,7 +101,7 @@ def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) ->
     models: ModelSet | None = None
     if any(a.launch is not None for a in arms.values()):
         runtime = ensure_runtime(log=log)
-        if _uses_embedded(plan):
+        if uses_embedded(plan):
             models = ensure_models(runtime)
     port = free_port()
     prompt_sets = [load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count) for p in plan.prompts]
@@ -110,7 +110,7 @@ def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) ->
         log(f"block: repetition {rep}, {arm_name}")
         if arm.launch is not None:
             assert runtime is not None
-            spec = _server_spec(arm, models, arm.launch.port or port)
+            spec = server_spec_for(arm, models, arm.launch.port or port)
             server = ManagedServer(spec, runtime.serve_argv, out / "logs" / f"{arm_name}-rep{rep}.log",
                                    runtime_env=runtime.env, startup_timeout_s=arm.launch.startup_timeout_s)
             try:

@@ -105,7 +105,7 @@ def from_args(args: list[str], source: str, facts: ServerFacts | None = None, gp
     mml = option_value(args, "--max-model-len")
     notes = []
     if facts is None:
-        notes.append("recorded from the command line; no running server was read (KV headroom unknown)")
+        notes.append("no running server was read: KV headroom and vLLM version unknown (add --url)")
     return Inventory(
         specguard_version=__version__, recorded_at=_now(), source=source,
         vllm_version=facts.version if facts else None,

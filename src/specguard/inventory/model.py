@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-INVENTORY_SCHEMA = "specguard.inventory/1"
+INVENTORY_SCHEMA: Literal["specguard.inventory/1"] = "specguard.inventory/1"
 
 
 class ModelIdentity(BaseModel):

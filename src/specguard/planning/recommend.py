@@ -27,6 +27,8 @@ class Gate1Evidence(BaseModel):
 
     poor_candidate: bool = False
     ngram_acceptance: float | None = None
+    mean_prompt_tokens: float | None = None
+    mean_output_tokens: float | None = None
     source: str = ""
 
 
@@ -45,7 +47,9 @@ def gate1_evidence(report: dict[str, Any], source: str) -> Gate1Evidence:
     rates = [s.get("ngram", {}).get("acceptance_rate") for s in segments.values() if isinstance(s, dict)]
     rates = [float(r) for r in rates if isinstance(r, (int, float))]
     poor = bool(verdicts) and all("poor" in v or v.startswith("not") or v == "no" for v in verdicts)
-    return Gate1Evidence(poor_candidate=poor, ngram_acceptance=max(rates) if rates else None, source=source)
+    lengths = {k: float(report[k]) for k in ("mean_prompt_tokens", "mean_output_tokens")
+               if isinstance(report.get(k), (int, float))}
+    return Gate1Evidence(poor_candidate=poor, ngram_acceptance=max(rates) if rates else None, source=source, **lengths)
 
 
 def same_family_drafts(target: ModelEntry) -> list[str]:

@@ -175,7 +175,13 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     version_text, version_source = _version(req)
     version = K.parse_version(version_text)
     notes = [f"vLLM version {version_text} from {version_source}"]
-    rec = recommend(target, draft, req.method, _evidence(req.gate1))
+    evidence = _evidence(req.gate1)
+    rec = recommend(target, draft, req.method, evidence)
+    if evidence and req.prompt_len is None and evidence.mean_prompt_tokens and evidence.mean_output_tokens:
+        req = req.model_copy(update={"prompt_len": round(evidence.mean_prompt_tokens),
+                                     "output_len": round(evidence.mean_output_tokens)})
+        notes.append(f"workload lengths from Gate 1 ({evidence.source}): {req.prompt_len} prompt, "
+                     f"{req.output_len} output tokens")
     method = rec.method
     k = req.num_speculative_tokens or rec.num_speculative_tokens or DEFAULT_K.get(method or "", None)
     dtype = req.dtype or target.native_dtype

@@ -64,7 +64,12 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _is_interpreter(path: Path) -> bool:
+    return path.name.startswith("python")
+
+
 def shebang_interpreter(script: Path) -> Path | None:
+    """The Python interpreter a console script runs under, from its #! line (None for shell wrappers)."""
     try:
         with script.open("rb") as fh:
             first = fh.readline(512).decode(errors="replace").strip()
@@ -75,12 +80,12 @@ def shebang_interpreter(script: Path) -> Path | None:
     parts = first[2:].split()
     if parts and Path(parts[0]).name == "env" and len(parts) > 1:
         found = shutil.which(parts[1])
-        return Path(found) if found else None
-    return Path(parts[0]) if parts else None
+        interpreter = Path(found) if found else None
+    else:
+        interpreter = Path(parts[0]) if parts else None
+    return interpreter if interpreter is not None and _is_interpreter(interpreter) else None
 
 
-def _is_interpreter(path: Path) -> bool:
-    return path.name.startswith("python")
 
 
 def _ask_executable(exe: Path, install: VllmInstall) -> VllmInstall:
@@ -162,6 +167,19 @@ def _version_from_metadata(install: VllmInstall) -> VllmInstall:
     for name, version in found.items():
         return install.model_copy(update={"version": version, "version_source": f"package metadata of '{name}'"})
     return install
+
+
+def help_options(install: VllmInstall) -> list[str] | None:
+    """Speculation options from ``vllm serve --help=all``, for a working executable whose interpreter could not be asked."""
+    if install.executable is None or not install.version_source.endswith("--version"):
+        return None
+    try:
+        res = _run([str(install.executable), "serve", "--help=all"], timeout=300, env=install.env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if res.returncode != 0:
+        return None
+    return [o for o in options_from_help(res.stdout) if "spec" in o or "ngram" in o or o == "-sc"]
 
 
 def options_from_help(text: str) -> list[str]:

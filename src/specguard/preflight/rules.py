@@ -156,7 +156,7 @@ def _check_method(method: str | None, cfg: dict[str, Any], ctx: RuleContext, out
 def _has_mtp_layers(config: dict[str, Any] | None) -> bool | None:
     if config is None:
         return None
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     return any(int(text.get(k) or 0) > 0 for k in MTP_LAYER_KEYS) or str(text.get("model_type", "")).endswith("_mtp")
 
 
@@ -183,7 +183,11 @@ def _check_model_and_k(method: str, cfg: dict[str, Any], ctx: RuleContext, out: 
         out.append(_err("method", "MTP uses the target's own MTP layers, and this target has none",
                         "Unsupported speculative method for a target without MTP layers",
                         "use a model with MTP heads (DeepSeek-V3, Qwen3-Next, ...) or another method"))
-    has_n_predict = bool(ctx.draft_config and ctx.draft_config.get("n_predict"))
+    n_predict = _int_value((ctx.draft_config or {}).get("n_predict")) or 0
+    has_n_predict = n_predict > 0
+    if has_n_predict and k is not None and k > n_predict and k % n_predict:
+        out.append(_err("num_speculative_tokens", f"num_speculative_tokens:{k} must be divisible by n_predict={n_predict}",
+                        "k above the draft's n_predict must be a multiple of it", f"use {n_predict} or a multiple"))
     if raw_k is None and canon not in {"suffix", "dspark"} and not has_n_predict and not (canon == "mtp" and not model):
         out.append(_err("num_speculative_tokens", f"num_speculative_tokens is required for method '{method}'",
                         "required unless the draft config has n_predict, or the method is suffix or dspark",
@@ -285,6 +289,14 @@ def _check_sampling(cfg: dict[str, Any], k: int | None, ctx: RuleContext, out: l
     if "rejection_sample_method" in cfg and method not in allowed:
         out.append(_err("rejection_sample_method", f"rejection_sample_method '{method}' is not accepted by "
                         f"{K.version_text(ctx.version)}", "values by version", "one of: " + ", ".join(sorted(allowed))))
+    if method == "fly" and method in allowed and k is not None:
+        if k < 2:
+            out.append(_err("num_speculative_tokens", "FLy rejection needs num_speculative_tokens >= 2",
+                            "FLy rule (0.33)", "\"num_speculative_tokens\": 2 or more"))
+        window = _int_value(cfg.get("fly_window_size")) if cfg.get("fly_window_size") is not None else None
+        if window is not None and window >= k:
+            out.append(_err("fly_window_size", f"fly_window_size={window} must be smaller than k={k}",
+                            "FLy rule (0.33)", f"a window below {k}"))
     rates, length = cfg.get("synthetic_acceptance_rates"), cfg.get("synthetic_acceptance_length")
     if method != "synthetic":
         if rates is not None or length is not None:

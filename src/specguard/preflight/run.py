@@ -199,6 +199,10 @@ def _surface(install: discover.VllmInstall, answer: discover.ProbeAnswer | None,
     if answer is not None:
         surface = K.surface_from_options(answer.options, version)
         return SurfaceReport(**surface.model_dump(), options=answer.options, source=f"vLLM's parser ({answer.parser})")
+    options = discover.help_options(install)
+    if options:
+        surface = K.surface_from_options(options, version)
+        return SurfaceReport(**surface.model_dump(), options=options, source=f"{install.executable} serve --help=all")
     return SurfaceReport(**K.surface_for(version).model_dump(), source="specguard's version table")
 
 
