@@ -222,7 +222,81 @@ def inventory_diff(
     raise typer.Exit(1 if len(d.changed_variables) > 1 else 0)
 
 
+def assess(
+    log: Annotated[Path, typer.Argument(help="Request log (JSONL): specguard, OpenAI pairs, ShareGPT or bench prompts.")],
+    tokenizer: Annotated[Path | None, typer.Option(help="Local Hugging Face tokenizer directory.")] = None,
+    url: Annotated[str | None, typer.Option(help="Tokenize with a running server's /tokenize instead.")] = None,
+    model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
+    log_format: Annotated[str, typer.Option("--format", help="auto, specguard, openai, sharegpt or bench.")] = "auto",
+    skip_bad: Annotated[bool, typer.Option(help="Skip malformed lines, count them and report them.")] = False,
+    segment_rule: Annotated[list[str] | None, typer.Option(help="NAME=REGEX on the prompt, first match wins.")] = None,
+    sweep: Annotated[bool, typer.Option(help="Sweep n-gram and suffix settings per segment.")] = True,
+    suffix: Annotated[bool, typer.Option(help="Replay suffix decoding too.")] = True,
+    max_model_len: Annotated[int | None, typer.Option(help="The server's max model len (caps drafts).")] = None,
+    capacity_rps: Annotated[float | None, typer.Option(help="Requests/s the deployment sustains.")] = None,
+    bench_run: Annotated[Path | None, typer.Option(help="A saturating 'specguard bench' run: its rate is the capacity.")] = None,
+    plan_json: Annotated[Path | None, typer.Option(help="A 'specguard plan --json' result: KV capacity and warnings.")] = None,
+    write_plan: Annotated[Path | None, typer.Option(help="Write plan.yaml + prompts.jsonl for 'specguard check' here.")] = None,
+    target_model: Annotated[str | None, typer.Option(help="With --write-plan: the model the plan launches.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
+) -> None:
+    """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
+    import re
+
+    from specguard.workload.assess import NO_LIMIT
+    from specguard.workload.assess import assess as run_assess
+    from specguard.workload.candidacy import LoadFacts
+    from specguard.workload.importers import FORMATS, LogLineError
+    from specguard.workload.next_check import write_check_plan
+    from specguard.workload.render import print_assessment
+    from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer, TokenizeError
+
+    if (tokenizer is None) == (url is None):
+        _fail("give exactly one of --tokenizer DIR or --url URL")
+    if log_format != "auto" and log_format not in FORMATS:
+        _fail(f"--format {log_format}: expected auto, {', '.join(FORMATS)}")
+    if write_plan is not None and target_model is None:
+        _fail("--write-plan needs --target-model (the model the plan launches)")
+    rules = []
+    for rule in segment_rule or []:
+        name, sep, pattern = rule.partition("=")
+        if not sep or not name:
+            _fail(f"--segment-rule {rule!r}: expected NAME=REGEX")
+        try:
+            rules.append((name, re.compile(pattern)))
+        except re.error as exc:
+            _fail(f"--segment-rule {rule!r}: bad regular expression ({exc})")
+    load = LoadFacts(capacity_rps=capacity_rps)
+    try:
+        if bench_run is not None and capacity_rps is None:
+            from specguard.results.store import load_summary
+
+            load.capacity_rps = load_summary(bench_run).request_rate
+        if plan_json is not None:
+            plan = json.loads(plan_json.read_text())
+            load.capacity_concurrency = plan["speculative"]["max_concurrency"]
+            load.plan_warnings = list(plan.get("warnings", []))
+        tok = LocalTokenizer(tokenizer) if tokenizer else ServerTokenizer(str(url), model, _api_key(api_key_env))
+        items: list[dict[str, object]] = []
+        report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format, skip_bad=skip_bad,  # type: ignore[arg-type]
+                            rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
+                            collect=items)
+    except LogLineError as exc:
+        _fail(str(exc))
+    except (TokenizeError, OSError, ValueError, KeyError) as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+    if write_plan is not None:
+        path = write_check_plan(report, items, write_plan, str(target_model), max_model_len)
+        report.check_plan = str(path) if path else None
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_assessment(report, out)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(preflight)
     app.command()(plan)
+    app.command()(assess)
     app.add_typer(inventory_app, name="inventory")

@@ -1,0 +1,167 @@
+"""Replay logged requests under greedy verification, counting as vLLM counts (vllm-facts.md sections 3.4, 5). Pure.
+
+The prefill step samples the first output token with no draft; every later
+step drafts from the context so far (prompt + accepted output), accepts the
+longest common prefix of the draft and the tokens the target really produced,
+and emits accepted + 1 tokens. A step whose draft is empty is not a draft.
+This is exact for greedy decoding; at temperature > 0 the logged tokens are
+one sample, so the result is an upper bound on what rejection sampling keeps.
+
+One blind spot: on a request's last step the draft can run past the last
+logged token. vLLM verifies those tokens against what the target would have
+generated next and counts the ones that match as accepted before it cuts the
+output at max_tokens or the stop token; the log does not have them. They are
+counted in ``past_end`` (when everything up to the end matched), so the true
+accepted count lies between ``accepted`` and ``accepted + past_end``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, Field
+
+from specguard.proposers.ngram import NgramIndex
+from specguard.proposers.suffix import SuffixCache
+
+# One request's proposer: called with the accepted context, returns the draft.
+Proposer = Callable[[list[int]], list[int]]
+
+
+class ReplayStats(BaseModel):
+    """Additive counts over requests; the rates are derived from them."""
+
+    requests: int = 0
+    output_tokens: int = 0
+    steps: int = Field(default=0, description="decode steps with speculation (after the prefill step)")
+    baseline_steps: int = Field(default=0, description="decode steps without: one per output token after the first")
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = Field(default_factory=list)
+    past_end: int = Field(default=0, description="draft tokens past the logged output on a final step that matched "
+                          "to the end: vLLM verifies them against tokens the log does not have (see replay())")
+
+    def add(self, other: ReplayStats) -> ReplayStats:
+        width = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+
+        def pad(xs: list[int]) -> list[int]:
+            return xs + [0] * (width - len(xs))
+
+        return ReplayStats(
+            requests=self.requests + other.requests, output_tokens=self.output_tokens + other.output_tokens,
+            steps=self.steps + other.steps, baseline_steps=self.baseline_steps + other.baseline_steps,
+            drafts=self.drafts + other.drafts, draft_tokens=self.draft_tokens + other.draft_tokens,
+            accepted=self.accepted + other.accepted, past_end=self.past_end + other.past_end,
+            accepted_per_pos=[a + b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))])
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted / draft tokens, as vLLM's spec_decode counters define it."""
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted / drafts: tokens per drafted step, the bonus token included (vLLM 0.9+)."""
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def per_position(self) -> list[float]:
+        """P(first i+1 draft tokens accepted), per draft; unconditional like vLLM's per-position rate."""
+        return [a / self.drafts for a in self.accepted_per_pos] if self.drafts else []
+
+    @property
+    def draft_fraction(self) -> float | None:
+        return self.drafts / self.steps if self.steps else None
+
+    @property
+    def step_reduction(self) -> float | None:
+        """Fraction of target-model decode steps saved (1 - steps with / steps without)."""
+        return 1 - self.steps / self.baseline_steps if self.baseline_steps else None
+
+    @property
+    def acceptance_rate_upper(self) -> float | None:
+        """The rate if every draft token past the logged end had matched (see ``past_end``)."""
+        return (self.accepted + self.past_end) / self.draft_tokens if self.draft_tokens else None
+
+    def rates(self) -> dict[str, float | list[float] | None]:
+        return {"acceptance_rate": self.acceptance_rate, "acceptance_rate_upper": self.acceptance_rate_upper,
+                "mean_acceptance_length": self.mean_acceptance_length,
+                "per_position": self.per_position, "draft_fraction": self.draft_fraction,
+                "step_reduction": self.step_reduction}
+
+
+def _common_prefix(draft: Sequence[int], actual: Sequence[int]) -> int:
+    n = 0
+    for d, a in zip(draft, actual):
+        if d != a:
+            break
+        n += 1
+    return n
+
+
+def replay(prompt: Sequence[int], output: Sequence[int], propose: Callable[[int], list[int]],
+           advance: Callable[[Sequence[int]], None]) -> ReplayStats:
+    """One request: ``advance`` appends tokens to the proposer's context, ``propose(pos)`` drafts from it."""
+    stats = ReplayStats(requests=1, output_tokens=len(output), baseline_steps=max(0, len(output) - 1))
+    if not output:
+        return stats
+    seq = list(prompt) + list(output)
+    pos = len(prompt) + 1  # the prefill step sampled the first output token
+    advance(seq[:pos])
+    per_pos: list[int] = []
+    while pos < len(seq):
+        draft = propose(pos)
+        accepted = 0
+        if draft:
+            accepted = _common_prefix(draft, seq[pos:])
+            if accepted == len(seq) - pos and len(draft) > accepted:
+                stats.past_end += len(draft) - accepted
+            stats.drafts += 1
+            stats.draft_tokens += len(draft)
+            stats.accepted += accepted
+            if len(per_pos) < len(draft):
+                per_pos += [0] * (len(draft) - len(per_pos))
+            for i in range(accepted):
+                per_pos[i] += 1
+        stats.steps += 1
+        new_pos = min(len(seq), pos + accepted + 1)
+        advance(seq[pos:new_pos])
+        pos = new_pos
+    stats.accepted_per_pos = per_pos
+    return stats
+
+
+def replay_ngram(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, k: int,
+                 max_model_len: int) -> ReplayStats:
+    index = NgramIndex(min_n, max_n)
+    return replay(prompt, output, lambda _pos: index.propose(k, max_model_len), index.extend)
+
+
+def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int],
+                  max_model_len: int) -> ReplayStats:
+    """One request through a shared suffix cache: earlier requests' responses are in its global tree."""
+    started = False
+
+    def advance(tokens: Sequence[int]) -> None:
+        nonlocal started
+        if not started:
+            cache.start_request(req_id, tokens[:len(prompt)])
+            cache.add_response(req_id, tokens[len(prompt):])
+            started = True
+        else:
+            cache.add_response(req_id, tokens)
+
+    try:
+        return replay(prompt, output, lambda _pos: cache.speculate(req_id, max_model_len), advance)
+    finally:
+        cache.stop_request(req_id)
+
+
+def replay_ngram_sweep(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, ks: Sequence[int],
+                       max_model_len: int) -> dict[int, ReplayStats]:
+    """One request under several k at once: the index depends only on the tokens, so the k's share it."""
+    index = NgramIndex(min_n, max_n)
+    index.extend(list(prompt) + list(output))
+    return {k: replay(prompt, output, lambda pos, k=k: index.propose_at(pos, k, max_model_len), lambda _t: None)
+            for k in ks}

@@ -1,0 +1,239 @@
+"""``specguard assess``: stream a request log, profile it, replay the proposers, judge each segment.
+
+One pass over the log: every request is tokenized as the server saw it,
+added to its segment's traffic profile, and replayed under the default
+n-gram config, a sweep of n-gram and suffix settings, and (in log order, one
+shared cache, as one server would hold it) suffix decoding. Then Gate 1's
+rules give each segment a verdict and the best config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from specguard.proposers.replay import ReplayStats, replay_ngram_sweep, replay_suffix
+from specguard.proposers.suffix import SuffixCache, SuffixParams
+from specguard.workload.candidacy import Candidacy, LoadFacts, decide_candidacy, modelled_speedup
+from specguard.workload.importers import LogFormat, SkipCounter, read_log
+from specguard.workload.logformat import RequestLogEntry
+from specguard.workload.profile import ProfileBuilder, TrafficProfile
+from specguard.workload.tokenize import Tokenize
+
+ASSESS_SCHEMA = "specguard.assess/1"
+DEFAULT_NGRAM = (2, 5, 4)  # prompt_lookup_min, prompt_lookup_max, k: the checklist's starting point
+NGRAM_LOOKUPS = [(1, 3), (2, 4), (2, 5), (3, 5), (5, 5)]
+NGRAM_KS = [2, 4, 6, 8]
+SUFFIX_GRID = [(24, 0.1), (16, 0.1), (24, 0.2)]  # (max_tree_depth, min_token_prob); the first is vLLM's default
+NO_LIMIT = 1 << 31
+
+LIMITS = [
+    "exact for greedy decoding (temperature 0): the replay uses the tokens the target actually produced",
+    "at temperature > 0 the logged tokens are one sample: predicted acceptance is an upper bound",
+    "draft-model and EAGLE/MTP acceptance cannot be predicted from logs without the model: benchmark them",
+    "suffix decoding replays requests one after another in log order; concurrent requests interleave on a server",
+    "responses logged as text are re-tokenized, which can differ from the ids the model produced",
+    "draft tokens past a request's last logged token cannot be checked: acceptance lies between acceptance_rate "
+    "and acceptance_rate_upper",
+]
+DEFINITIONS = {
+    "acceptance_rate": "accepted draft tokens / draft tokens (vLLM's spec_decode counters)",
+    "acceptance_rate_upper": "the same if draft tokens past a request's logged end had all matched (vLLM verifies "
+                             "them against tokens it then cuts off; the log cannot say)",
+    "mean_acceptance_length": "1 + accepted / drafts: tokens per drafted step, bonus token included",
+    "per_position": "share of drafts whose first i+1 tokens were accepted",
+    "draft_fraction": "decode steps that carried a draft / decode steps",
+    "step_reduction": "1 - decode steps with speculation / decode steps without (the prefill step excluded)",
+    "modelled_speedup": "baseline steps / (steps + 0.03 x draft tokens): ranks configs, not a latency promise",
+}
+
+
+class ProposerResult(BaseModel):
+    method: str
+    config: dict[str, Any]
+    requests: int
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    past_end: int = Field(description="draft tokens past the logged end of a request (true accepted is between "
+                          "accepted and accepted + past_end)")
+    steps: int
+    baseline_steps: int
+    acceptance_rate: float | None
+    acceptance_rate_upper: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float]
+    draft_fraction: float | None
+    step_reduction: float | None
+    modelled_speedup: float | None
+
+
+def _result(method: str, config: dict[str, Any], s: ReplayStats) -> ProposerResult:
+    return ProposerResult(method=method, config=config, requests=s.requests, drafts=s.drafts,
+                          draft_tokens=s.draft_tokens, accepted=s.accepted, past_end=s.past_end, steps=s.steps,
+                          baseline_steps=s.baseline_steps, **s.rates(),
+                          modelled_speedup=modelled_speedup(s.baseline_steps, s.steps, s.draft_tokens))
+
+
+def ngram_config(min_n: int, max_n: int, k: int) -> dict[str, Any]:
+    return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": min_n, "prompt_lookup_max": max_n}
+
+
+def suffix_config(depth: int, min_prob: float) -> dict[str, Any]:
+    return {"method": "suffix", "num_speculative_tokens": depth, "suffix_decoding_max_tree_depth": depth,
+            "suffix_decoding_min_token_prob": min_prob}
+
+
+class SegmentReport(BaseModel):
+    requests: int
+    replayed: int = Field(description="requests with a response to replay")
+    greedy_requests: int
+    profile: TrafficProfile
+    ngram: ProposerResult | None = Field(description="the default n-gram config (2..5, k=4)")
+    ngram_greedy: ProposerResult | None = Field(description="the same, temperature-0 requests only (exact)")
+    suffix: ProposerResult | None
+    sweep: list[ProposerResult]
+    verdict: str
+    reasons: list[str]
+    method: str | None
+    config: dict[str, Any] | None
+
+
+class AssessReport(BaseModel):
+    schema_version: str = ASSESS_SCHEMA
+    log: str
+    format: str
+    tokenizer: str
+    requests: int
+    replayed: int
+    skipped: dict[str, Any]
+    overall: SegmentReport
+    segments: dict[str, SegmentReport]
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    limits: list[str] = Field(default_factory=lambda: list(LIMITS))
+    definitions: dict[str, str] = Field(default_factory=lambda: dict(DEFINITIONS))
+    check_plan: str | None = None
+
+
+class _Segment:
+    def __init__(self, sweep: bool):
+        self.profile = ProfileBuilder()
+        self.requests = self.replayed = self.greedy = 0
+        self.default = ReplayStats()
+        self.default_greedy = ReplayStats()
+        self.suffix: dict[tuple[int, float], ReplayStats] = {}
+        self.ngram: dict[tuple[int, int, int], ReplayStats] = {}
+        self.sweep = sweep
+
+    def add(self, entry: RequestLogEntry, prompt: list[int], output: list[int] | None, t0: float | None,
+            caches: dict[tuple[int, float], SuffixCache], req_id: str, max_model_len: int, replay: bool = True) -> None:
+        self.requests += 1
+        temp = entry.sampling.temperature
+        start = entry.timestamp.timestamp() - t0 if entry.timestamp is not None and t0 is not None else None
+        e2e = entry.timings.e2e_s if entry.timings else None
+        self.profile.add(start, e2e, temp, entry.sampling.top_p, len(prompt), len(output) if output is not None else None)
+        if output is None:
+            return
+        self.replayed += 1
+        self.greedy += temp == 0
+        if not replay:
+            return
+        lookups = NGRAM_LOOKUPS if self.sweep else [DEFAULT_NGRAM[:2]]
+        ks = NGRAM_KS if self.sweep else [DEFAULT_NGRAM[2]]
+        for lo, hi in lookups:
+            for k, stats in replay_ngram_sweep(prompt, output, lo, hi, sorted(set(ks) | {DEFAULT_NGRAM[2]}),
+                                               max_model_len).items():
+                key = (lo, hi, k)
+                self.ngram[key] = self.ngram.get(key, ReplayStats()).add(stats)
+                if key == DEFAULT_NGRAM:
+                    self.default = self.default.add(stats)
+                    if temp == 0:
+                        self.default_greedy = self.default_greedy.add(stats)
+        for key, cache in caches.items():
+            stats = replay_suffix(cache, req_id, prompt, output, max_model_len)
+            self.suffix[key] = self.suffix.get(key, ReplayStats()).add(stats)
+
+    def report(self, load: LoadFacts) -> SegmentReport:
+        profile = self.profile.build()
+        ngram_results = [_result("ngram", ngram_config(*key), s) for key, s in sorted(self.ngram.items())]
+        suffix_results = [_result("suffix", suffix_config(*key), s) for key, s in self.suffix.items()]
+        sweep = ngram_results + suffix_results
+        ranked = [r for r in sweep if r.modelled_speedup is not None and r.drafts]
+        best = max(ranked, key=lambda r: r.modelled_speedup or 0.0) if ranked else None
+        hot = sum(n for bucket, n in profile.temperature_mix.items() if bucket.startswith(("above", "unset")))
+        decision: Candidacy = decide_candidacy(best.step_reduction if best else None, hot / max(1, self.requests), load,
+                                               best.method if best else None, best.config if best else None)
+        default_suffix = self.suffix.get(SUFFIX_GRID[0])
+        return SegmentReport(
+            requests=self.requests, replayed=self.replayed, greedy_requests=self.greedy, profile=profile,
+            ngram=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.default) if self.replayed else None,
+            ngram_greedy=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.default_greedy) if self.greedy else None,
+            suffix=_result("suffix", suffix_config(*SUFFIX_GRID[0]), default_suffix) if default_suffix else None,
+            sweep=sweep if self.sweep else [], verdict=decision.verdict, reasons=decision.reasons,
+            method=decision.method, config=decision.config)
+
+
+def segment_of(entry: RequestLogEntry, rules: list[tuple[str, re.Pattern[str]]]) -> str:
+    if entry.segment:
+        return entry.segment
+    text = entry.prompt_text()
+    for name, pattern in rules:
+        if pattern.search(text):
+            return name
+    return "default"
+
+
+def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat = "auto", skip_bad: bool = False,
+           rules: list[tuple[str, re.Pattern[str]]] | None = None, sweep: bool = True, suffix: bool = True,
+           max_model_len: int = NO_LIMIT, load: LoadFacts | None = None,
+           progress: Callable[[int], None] = lambda _n: None,
+           collect: list[dict[str, Any]] | None = None, collect_max: int = 200) -> AssessReport:
+    """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items."""
+    skipped = SkipCounter() if skip_bad else None
+    caches = {key: SuffixCache(SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]))
+              for key in (SUFFIX_GRID if sweep else SUFFIX_GRID[:1])} if suffix else {}
+    segments: dict[str, _Segment] = {}
+    overall = _Segment(sweep=False)
+    t0: float | None = None
+    prompt_total = output_total = outputs = 0
+    for n, entry in enumerate(read_log(log, fmt, skipped)):
+        if t0 is None and entry.timestamp is not None:
+            t0 = entry.timestamp.timestamp()
+        prompt = tokenizer.prompt_ids(entry)
+        output = tokenizer.output_ids(entry)
+        name = segment_of(entry, rules or [])
+        seg = segments.setdefault(name, _Segment(sweep))
+        if collect is not None and len(collect) < collect_max:
+            collect.append(entry.as_bench_item(len(output) if output else None, name))
+        seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
+        overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
+        prompt_total += len(prompt)
+        if output is not None:
+            output_total += len(output)
+            outputs += 1
+        progress(n + 1)
+    for seg in segments.values():  # replays belong to segments; the overall view sums them
+        overall.default = overall.default.add(seg.default)
+        overall.default_greedy = overall.default_greedy.add(seg.default_greedy)
+        overall.ngram[DEFAULT_NGRAM] = overall.ngram.get(DEFAULT_NGRAM, ReplayStats()).add(seg.default)
+        for key, stats in seg.suffix.items():
+            overall.suffix[key] = overall.suffix.get(key, ReplayStats()).add(stats)
+    load = _with_traffic(load or LoadFacts(), overall.profile.build())
+    return AssessReport(
+        log=str(log), format=fmt, tokenizer=tokenizer_name, requests=overall.requests, replayed=overall.replayed,
+        skipped={"count": skipped.count, "by_reason": skipped.by_reason, "examples": skipped.examples} if skipped
+        else {"count": 0}, overall=overall.report(load), segments={k: s.report(load) for k, s in sorted(segments.items())},
+        mean_prompt_tokens=prompt_total / overall.requests if overall.requests else None,
+        mean_output_tokens=output_total / outputs if outputs else None)
+
+
+def _with_traffic(load: LoadFacts, profile: TrafficProfile) -> LoadFacts:
+    """The server's load is the whole log's: every segment is judged against it."""
+    return load.model_copy(update={
+        "peak_rps": profile.rate.per_minute_peak if profile.rate else None,
+        "peak_concurrency": profile.concurrency.peak})

@@ -1,0 +1,119 @@
+"""Token ids for logged requests, as the server saw them: a local tokenizer directory or a server's /tokenize.
+
+Chat messages go through the model's chat template first, rendered the way
+Hugging Face's ``apply_chat_template`` renders it (sandboxed jinja2,
+trim_blocks and lstrip_blocks, ``add_generation_prompt``), which is what
+vLLM's OpenAI server does. Logged token ids win over text: re-tokenizing a
+response can differ from the ids the model produced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any, Protocol
+
+from specguard.workload.logformat import RequestLogEntry
+
+
+class TokenizeError(RuntimeError):
+    pass
+
+
+class Tokenize(Protocol):
+    def prompt_ids(self, entry: RequestLogEntry) -> list[int]: ...
+
+    def output_ids(self, entry: RequestLogEntry) -> list[int] | None: ...
+
+
+def _special(value: Any) -> str:
+    return value.get("content", "") if isinstance(value, dict) else (value or "")
+
+
+class LocalTokenizer:
+    def __init__(self, directory: Path):
+        from tokenizers import Tokenizer
+
+        path = directory / "tokenizer.json" if directory.is_dir() else directory
+        if not path.exists():
+            raise TokenizeError(f"{path}: no tokenizer.json (give a Hugging Face tokenizer directory)")
+        self._tok = Tokenizer.from_file(str(path))
+        base = path.parent
+        config = json.loads((base / "tokenizer_config.json").read_text()) if (base / "tokenizer_config.json").exists() else {}
+        template = config.get("chat_template")
+        if (base / "chat_template.jinja").exists():
+            template = (base / "chat_template.jinja").read_text()
+        if isinstance(template, list):  # named templates: the default one
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        self._template = template
+        self._bos, self._eos = _special(config.get("bos_token")), _special(config.get("eos_token"))
+        self._compiled: Any = None
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        if self._template is None:
+            raise TokenizeError("the tokenizer has no chat template, so chat requests cannot be tokenized as served")
+        if self._compiled is None:
+            from jinja2.ext import loopcontrols
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            def raise_exception(message: str) -> None:
+                raise TokenizeError(f"chat template: {message}")
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+            env.globals.update(raise_exception=raise_exception,
+                               strftime_now=lambda fmt: dt.datetime.now().strftime(fmt))
+            self._compiled = env.from_string(self._template)
+        return str(self._compiled.render(messages=messages, add_generation_prompt=True, bos_token=self._bos,
+                                         eos_token=self._eos))
+
+    def prompt_ids(self, entry: RequestLogEntry) -> list[int]:
+        if entry.prompt_token_ids is not None:
+            return list(entry.prompt_token_ids)
+        if entry.messages is not None:
+            text = self.render_chat([m.model_dump() for m in entry.messages])
+            return list(self._tok.encode(text, add_special_tokens=False).ids)
+        return list(self._tok.encode(entry.prompt or "", add_special_tokens=True).ids)
+
+    def output_ids(self, entry: RequestLogEntry) -> list[int] | None:
+        if entry.response is None:
+            return None
+        if entry.response.token_ids is not None:
+            return list(entry.response.token_ids)
+        return list(self._tok.encode(entry.response.text or "", add_special_tokens=False).ids)
+
+
+class ServerTokenizer:
+    """vLLM's ``/tokenize``: the server's own tokenizer and chat template."""
+
+    def __init__(self, url: str, model: str | None = None, api_key: str | None = None):
+        self.root = url.rstrip("/").removesuffix("/v1")
+        self.model = model
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def _post(self, body: dict[str, Any]) -> list[int]:
+        if self.model:
+            body["model"] = self.model
+        req = urllib.request.Request(f"{self.root}/tokenize", data=json.dumps(body).encode(), headers=self._headers)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return list(json.loads(resp.read())["tokens"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise TokenizeError(f"{self.root}/tokenize: {exc}") from exc
+
+    def prompt_ids(self, entry: RequestLogEntry) -> list[int]:
+        if entry.prompt_token_ids is not None:
+            return list(entry.prompt_token_ids)
+        if entry.messages is not None:
+            return self._post({"messages": [m.model_dump() for m in entry.messages], "add_generation_prompt": True})
+        return self._post({"prompt": entry.prompt or "", "add_special_tokens": True})
+
+    def output_ids(self, entry: RequestLogEntry) -> list[int] | None:
+        if entry.response is None:
+            return None
+        if entry.response.token_ids is not None:
+            return list(entry.response.token_ids)
+        return self._post({"prompt": entry.response.text or "", "add_special_tokens": False})
