@@ -107,3 +107,58 @@ class NgramIndex:
             return []
         start = best_end + 1
         return toks[start:start + min(k, total - start)]
+
+
+def _min_gram_keys(tokens: list[int], n: int) -> list[int]:
+    """keys[j] packs tokens[j : j + n], the n-gram ending at j + n - 1."""
+    keys = tokens
+    for shift in range(1, n):
+        keys = [(a << _SHIFT) | b for a, b in zip(keys, tokens[shift:])]
+    return keys
+
+
+class KnownSequenceDrafts:
+    """n-gram drafts for every prefix of one sequence known in full (a logged request), from ``first`` tokens on.
+
+    The same answers as ``ngram_propose(tokens[:L], ...)`` for each L, found faster for a replay: only the
+    places whose shortest n-gram (min_n tokens) also ends a queried prefix are kept, and a query extends
+    those candidates backwards up to max_n, earliest first, stopping at the first full-length match.
+    """
+
+    def __init__(self, tokens: Sequence[int], min_n: int, max_n: int, first: int):
+        self.tokens = tokens if isinstance(tokens, list) else list(tokens)
+        self.min_n, self.max_n = min_n, max_n
+        keys = self._keys = _min_gram_keys(self.tokens, min_n) if len(self.tokens) >= min_n else []
+        queried = set(keys[max(0, first - min_n):])
+        candidates = [j for j, key in enumerate(keys) if key in queried]
+        ends: dict[int, list[int]] = {}
+        last = min_n - 1
+        for j in candidates:
+            ends.setdefault(keys[j], []).append(j + last)
+        self._ends = ends
+
+    def propose_at(self, total: int, k: int, max_model_len: int) -> list[int]:
+        min_n, max_n, toks = self.min_n, self.max_n, self.tokens
+        if total < min_n:
+            return []
+        k = min(k, max_model_len - total)
+        if k <= 0:
+            return []
+        candidates = self._ends.get(self._keys[total - min_n])
+        if not candidates:
+            return []
+        best_len, best_end, tail = 0, -1, total - 1
+        for end in candidates:
+            if end >= tail:
+                break  # sorted: the rest end at or after the suffix itself
+            m = min_n
+            while m < max_n and end - m >= 0 and toks[end - m] == toks[tail - m]:
+                m += 1
+            if m > best_len:
+                best_len, best_end = m, end
+                if m == max_n:
+                    break
+        if best_end < 0:
+            return []
+        start = best_end + 1
+        return toks[start:start + min(k, total - start)]

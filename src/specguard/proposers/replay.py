@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from specguard.proposers.ngram import NgramIndex
+from specguard.proposers.ngram import KnownSequenceDrafts
 from specguard.proposers.suffix import SuffixCache
 
 # One request's proposer: called with the accepted context, returns the draft.
@@ -91,51 +91,49 @@ class ReplayStats(BaseModel):
                 "step_reduction": self.step_reduction}
 
 
-def _common_prefix(draft: Sequence[int], actual: Sequence[int]) -> int:
-    n = 0
-    for d, a in zip(draft, actual):
-        if d != a:
-            break
-        n += 1
-    return n
-
-
 def replay(prompt: Sequence[int], output: Sequence[int], propose: Callable[[int], list[int]],
-           advance: Callable[[Sequence[int]], None]) -> ReplayStats:
+           advance: Callable[[Sequence[int]], None] | None = None) -> ReplayStats:
     """One request: ``advance`` appends tokens to the proposer's context, ``propose(pos)`` drafts from it."""
-    stats = ReplayStats(requests=1, output_tokens=len(output), baseline_steps=max(0, len(output) - 1))
     if not output:
-        return stats
+        return ReplayStats(requests=1)
     seq = list(prompt) + list(output)
+    end = len(seq)
     pos = len(prompt) + 1  # the prefill step sampled the first output token
-    advance(seq[:pos])
+    if advance is not None:
+        advance(seq[:pos])
     per_pos: list[int] = []
-    while pos < len(seq):
+    steps = drafts = draft_tokens = accepted_total = past_end = 0
+    # Plain locals, not model fields: this loop runs once per decode step of every logged request.
+    while pos < end:
         draft = propose(pos)
         accepted = 0
         if draft:
-            accepted = _common_prefix(draft, seq[pos:])
-            if accepted == len(seq) - pos and len(draft) > accepted:
-                stats.past_end += len(draft) - accepted
-            stats.drafts += 1
-            stats.draft_tokens += len(draft)
-            stats.accepted += accepted
+            for d, a in zip(draft, seq[pos:pos + len(draft)]):
+                if d != a:
+                    break
+                accepted += 1
+            drafts += 1
+            draft_tokens += len(draft)
+            accepted_total += accepted
+            if accepted == end - pos and len(draft) > accepted:
+                past_end += len(draft) - accepted
             if len(per_pos) < len(draft):
                 per_pos += [0] * (len(draft) - len(per_pos))
             for i in range(accepted):
                 per_pos[i] += 1
-        stats.steps += 1
-        new_pos = min(len(seq), pos + accepted + 1)
-        advance(seq[pos:new_pos])
+        steps += 1
+        new_pos = min(end, pos + accepted + 1)
+        if advance is not None:
+            advance(seq[pos:new_pos])
         pos = new_pos
-    stats.accepted_per_pos = per_pos
-    return stats
+    return ReplayStats(requests=1, output_tokens=len(output), baseline_steps=len(output) - 1, steps=steps,
+                       drafts=drafts, draft_tokens=draft_tokens, accepted=accepted_total, past_end=past_end,
+                       accepted_per_pos=per_pos)
 
 
 def replay_ngram(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, k: int,
                  max_model_len: int) -> ReplayStats:
-    index = NgramIndex(min_n, max_n)
-    return replay(prompt, output, lambda _pos: index.propose(k, max_model_len), index.extend)
+    return replay_ngram_sweep(prompt, output, min_n, max_n, [k], max_model_len)[k]
 
 
 def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int],
@@ -160,8 +158,6 @@ def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output
 
 def replay_ngram_sweep(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, ks: Sequence[int],
                        max_model_len: int) -> dict[int, ReplayStats]:
-    """One request under several k at once: the index depends only on the tokens, so the k's share it."""
-    index = NgramIndex(min_n, max_n)
-    index.extend(list(prompt) + list(output))
-    return {k: replay(prompt, output, lambda pos, k=k: index.propose_at(pos, k, max_model_len), lambda _t: None)
-            for k in ks}
+    """One request under several k at once, sharing the request's text."""
+    drafts = KnownSequenceDrafts(list(prompt) + list(output), min_n, max_n, len(prompt) + 1)
+    return {k: replay(prompt, output, lambda pos, k=k: drafts.propose_at(pos, k, max_model_len)) for k in ks}
