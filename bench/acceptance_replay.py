@@ -3,7 +3,8 @@
 Both replay the same tokenized requests, in one run, with the same greedy
 verification loop (vllm-facts.md section 5: draft from the accepted context,
 accept the common prefix, advance by accepted + 1). specguard uses its
-``KnownSequenceDrafts`` (the candidates of a whole logged request, found once); vLLM's ``_find_longest_matched_ngram_and_propose_tokens``
+``KnownSequenceDrafts`` (the candidates of a whole logged request, found once);
+vLLM's ``_find_longest_matched_ngram_and_propose_tokens``
 (numba, JIT-compiled before timing) is called with a view of one preallocated
 int32 buffer per request, the way vLLM's runner passes ``token_ids_cpu``. The
 draft and acceptance totals must agree, or the speed comparison is void.
