@@ -11,7 +11,7 @@ draft and acceptance totals must agree, or the speed comparison is void.
 Prints output tokens replayed per second for both and the ratio.
 
 Not a test: the figures depend on the machine. Usage:
-    .venv/bin/python bench/acceptance_replay.py [--log LOG --tokenizer DIR] [--requests 400] [--repeats 3]
+    .venv/bin/python bench/acceptance_replay.py [--log LOG | --text DOC] [--tokenizer DIR] [--requests 400]
 Without --log, a log is synthesized: prompts of 200-2000 tokens, 256 output tokens each, half of them copying
 spans of their prompt (extraction) and half not (open chat).
 """
@@ -82,6 +82,22 @@ def synthetic_requests(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def text_requests(text: Path, tokenizer: Path, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Natural text: prompts are windows of a document, outputs half re-read the prompt's region, half elsewhere."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    ids = tok.encode(text.read_text()).ids
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        start = rng.randrange(len(ids) - 1400)
+        prompt = ids[start:start + rng.randint(200, 1000)]
+        begin = start + rng.randint(0, 400) if i % 2 == 0 else rng.randrange(len(ids) - 300)
+        out.append((prompt, ids[begin:begin + 256]))
+    return out
+
+
 def logged_requests(log: Path, tokenizer: Path) -> list[tuple[list[int], list[int]]]:
     from specguard.workload.importers import read_log
     from specguard.workload.tokenize import LocalTokenizer
@@ -98,6 +114,7 @@ def logged_requests(log: Path, tokenizer: Path) -> list[tuple[list[int], list[in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", type=Path)
+    ap.add_argument("--text", type=Path, help="build natural-text requests from this document (needs --tokenizer)")
     ap.add_argument("--tokenizer", type=Path)
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
@@ -106,7 +123,12 @@ def main() -> None:
     ap.add_argument("--max-n", type=int, default=5)
     ap.add_argument("--k", type=int, default=4)
     args = ap.parse_args()
-    reqs = logged_requests(args.log, args.tokenizer) if args.log else synthetic_requests(args.requests, args.seed)
+    if args.log:
+        reqs = logged_requests(args.log, args.tokenizer)
+    elif args.text:
+        reqs = text_requests(args.text, args.tokenizer, args.requests, args.seed)
+    else:
+        reqs = synthetic_requests(args.requests, args.seed)
     mml = 1 << 30
     runtime = ensure_runtime()
 

@@ -77,3 +77,21 @@ def test_predicted_ngram_acceptance_matches_the_real_server(vllm_servers, models
     else:  # a request whose output changed moves the totals by at most its own drafts
         rate = measured["spec_accepted_tokens"] / measured["spec_draft_tokens"]
         assert predicted["acceptance_rate"] - 0.1 <= rate <= predicted["acceptance_rate_upper"] + 0.1
+
+
+def test_local_tokenization_matches_the_server(vllm_servers, models, tmp_path: Path) -> None:
+    """Chat template and special tokens applied as vLLM's server applies them."""
+    from specguard.workload.logformat import RequestLogEntry
+    from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer
+
+    entries = [
+        RequestLogEntry(endpoint="chat", messages=[{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "Summarise: the cat sat on the mat."}],
+                        response={"text": "A cat sat."}),
+        RequestLogEntry(endpoint="completions", prompt="def add(a, b):\n    return a + b\n", response={"text": " # sum"}),
+    ]
+    local = LocalTokenizer(models.path("tokenizer"))
+    server = ServerTokenizer(vllm_servers["baseline"].base_url, SERVED_NAME)
+    for e in entries:
+        assert local.prompt_ids(e) == server.prompt_ids(e)
+        assert local.output_ids(e) == server.output_ids(e)

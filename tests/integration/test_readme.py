@@ -52,7 +52,7 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
         known = ("bench", "summary", "compare", "check", "report", "demo", "embedded", "install", "models", "serve",
-                 "preflight", "plan", "inventory", "diff")
+                 "preflight", "plan", "inventory", "diff", "assess")
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):

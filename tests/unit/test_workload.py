@@ -1,0 +1,137 @@
+"""Gate 1 without servers: importers, malformed lines, the profile, the candidacy rules, the written plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specguard.check.plan import load_plan
+from specguard.workload.assess import assess
+from specguard.workload.candidacy import LoadFacts, decide_candidacy
+from specguard.workload.importers import LogLineError, SkipCounter, read_log
+from specguard.workload.next_check import write_check_plan
+from specguard.workload.profile import ProfileBuilder
+
+
+class IdTokenizer:
+    """Whitespace tokens as ids: enough to drive the pipeline without a model."""
+
+    vocab: dict[str, int] = {}
+
+    def _ids(self, text: str) -> list[int]:
+        return [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]
+
+    def prompt_ids(self, entry):  # type: ignore[no-untyped-def]
+        if entry.prompt_token_ids is not None:
+            return entry.prompt_token_ids
+        return self._ids(entry.prompt_text() if entry.messages else entry.prompt or "")
+
+    def output_ids(self, entry):  # type: ignore[no-untyped-def]
+        if entry.response is None:
+            return None
+        return entry.response.token_ids or self._ids(entry.response.text or "")
+
+
+def _write(path: Path, lines: list[object]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+OPENAI = {"request": {"model": "m", "prompt": "a b c d", "temperature": 0, "max_tokens": 8},
+          "response": {"id": "cmpl-1", "created": 1764400000, "choices": [{"text": "a b c d", "finish_reason": "stop"}]}}
+CHAT = {"request": {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+        "response": {"body": {"choices": [{"message": {"role": "assistant", "content": "hello"}}]}}}
+SHAREGPT = {"id": "c1", "conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"},
+                                          {"from": "human", "value": "q2"}, {"from": "gpt", "value": "a2"}]}
+
+
+def test_importers_map_each_format(tmp_path: Path) -> None:
+    pairs = list(read_log(_write(tmp_path / "o.jsonl", [OPENAI, CHAT])))
+    assert pairs[0].endpoint == "completions" and pairs[0].sampling.temperature == 0
+    assert pairs[0].timestamp is not None and pairs[0].response.text == "a b c d"
+    assert pairs[1].endpoint == "chat" and pairs[1].messages[0].content == "hi" and pairs[1].response.text == "hello"
+    turns = list(read_log(_write(tmp_path / "s.jsonl", [SHAREGPT])))
+    assert [len(t.messages) for t in turns] == [1, 3] and turns[1].response.text == "a2"
+    bench = list(read_log(_write(tmp_path / "b.jsonl", [{"prompt": "x y", "segment": "s", "max_tokens": 4}])))
+    assert bench[0].response is None and bench[0].segment == "s" and bench[0].sampling.max_tokens == 4
+
+
+def test_malformed_lines_name_file_line_and_reason(tmp_path: Path) -> None:
+    good = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "p"}
+    log = _write(tmp_path / "bad.jsonl", [good, "{not json", [1, 2], {**good, "prompt": None},
+                                          {**good, "sampling": {"temperature": -1}}, good])
+    entries = read_log(log)
+    assert next(entries).prompt == "p"  # streamed: the first entry arrives before the bad line is read
+    with pytest.raises(LogLineError) as err:
+        next(entries)
+    assert f"{log}:2: not JSON" in str(err.value)
+    skipped = SkipCounter()
+    assert len(list(read_log(log, skipped=skipped))) == 2
+    assert skipped.count == 4 and [e.split(":")[1] for e in skipped.examples] == ["2", "3", "4", "5"]
+    assert any("sampling.temperature" in e for e in skipped.examples)
+    assert any("exactly one of 'prompt'" in e for e in skipped.examples)
+
+
+def test_unknown_format_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LogLineError, match="cannot tell the log format"):
+        list(read_log(_write(tmp_path / "x.jsonl", [{"hello": 1}])))
+
+
+def test_profile_rates_concurrency_and_mix() -> None:
+    b = ProfileBuilder()
+    # minute 0: 3 requests, minute 1: 1 request; two overlap for a second
+    for start, e2e, temp in [(0, 2, 0.0), (1, 2, 0.0), (30, 1, 1.0), (70, 1, None)]:
+        b.add(start, e2e, temp, None, 10, 5)
+    p = b.build()
+    assert p.rate is not None and p.rate.per_minute_peak == pytest.approx(3 / 60) and p.rate.minutes == 2
+    assert p.concurrency.peak == 2 and p.concurrency.mean == pytest.approx(6 / 71)  # 6 request-seconds over 71 s
+    assert p.temperature_mix == {"0 (greedy)": 2, "above 0.7": 1, "unset (server default 1.0)": 1}
+    assert p.prompt_tokens.p50 == 10 and p.output_tokens.count == 4
+
+
+@pytest.mark.parametrize(("reduction", "hot", "load", "verdict"), [
+    (0.4, 0.0, LoadFacts(), "candidate"),
+    (0.4, 0.0, LoadFacts(peak_rps=9, capacity_rps=10), "leave speculation off"),
+    (0.4, 0.0, LoadFacts(peak_concurrency=90, capacity_concurrency=100), "leave speculation off"),
+    (0.4, 0.0, LoadFacts(plan_warnings=["speculation pushes the expected concurrency (9) past the KV capacity"]),
+     "leave speculation off"),
+    (0.05, 0.0, LoadFacts(), "poor candidate"),
+    (0.05, 0.9, LoadFacts(), "leave speculation off"),
+    (0.15, 0.9, LoadFacts(), "poor candidate"),
+    (0.15, 0.0, LoadFacts(peak_rps=1, capacity_rps=10), "candidate"),
+    (None, 0.0, LoadFacts(), "poor candidate"),
+])
+def test_candidacy_rules(reduction, hot, load, verdict) -> None:  # type: ignore[no-untyped-def]
+    c = decide_candidacy(reduction, hot, load, "ngram", {"method": "ngram"})
+    assert c.verdict == verdict and c.reasons
+    assert (c.config is not None) == (verdict == "candidate")
+
+
+def test_assess_segments_replay_and_write_a_runnable_plan(tmp_path: Path) -> None:
+    lines = []
+    for i in range(20):
+        copy = {"schema_version": "specguard.request_log/1", "timestamp": 1764400000 + i, "endpoint": "completions",
+                "prompt": f"extract: alpha beta gamma delta epsilon {i}", "sampling": {"temperature": 0},
+                "response": {"text": "alpha beta gamma delta epsilon alpha beta gamma delta"}, "timings": {"e2e_s": 0.5}}
+        chat = {**copy, "prompt": f"tell me a story {i}", "sampling": {"temperature": 1.0},
+                "response": {"text": " ".join(f"w{i}x{j}" for j in range(10))}}  # nothing repeats, not even across requests
+        lines += [copy, chat]
+    log = _write(tmp_path / "log.jsonl", lines)
+    items: list[dict] = []
+    report = assess(log, IdTokenizer(), "ids", rules=[("extract", __import__("re").compile("^extract"))],
+                    collect=items)
+    ext, other = report.segments["extract"], report.segments["default"]
+    assert ext.requests == other.requests == 20 and report.requests == 40
+    assert ext.ngram.acceptance_rate > 0.5 and ext.verdict == "candidate" and ext.config["method"] in ("ngram", "suffix")
+    assert other.verdict in ("poor candidate", "leave speculation off") and other.config is None
+    assert {r.config["method"] for r in ext.sweep} == {"ngram", "suffix"} and len(ext.sweep) == 23
+    assert report.overall.ngram.requests == 40
+    plan_path = write_check_plan(report, items, tmp_path / "next", "embedded:target", 1024)
+    assert plan_path is not None
+    plan = load_plan(plan_path)
+    assert plan.arms.candidate.launch.speculative_config == report.overall.config
+    assert plan.traffic[1].rate == pytest.approx(40 / 60, abs=0.01)  # 40 requests within one minute
+    prompts = [json.loads(x) for x in (tmp_path / "next" / "prompts.jsonl").read_text().splitlines()]
+    assert len(prompts) == 40 and {p["segment"] for p in prompts} == {"extract", "default"}
