@@ -237,6 +237,7 @@ def assess(
     bench_run: Annotated[Path | None, typer.Option(help="A saturating 'specguard bench' run: its rate is the capacity.")] = None,
     plan_json: Annotated[Path | None, typer.Option(help="A 'specguard plan --json' result: KV capacity and warnings.")] = None,
     write_plan: Annotated[Path | None, typer.Option(help="Write plan.yaml + prompts.jsonl for 'specguard check' here.")] = None,
+    requests_out: Annotated[Path | None, typer.Option(help="Write each request's own replay here (JSONL).")] = None,
     target_model: Annotated[str | None, typer.Option(help="With --write-plan: the model the plan launches.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
@@ -281,7 +282,7 @@ def assess(
         items: list[dict[str, object]] = []
         report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format, skip_bad=skip_bad,  # type: ignore[arg-type]
                             rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
-                            collect=items)
+                            collect=items, requests_out=requests_out)
     except LogLineError as exc:
         _fail(str(exc))
     except (TokenizeError, OSError, ValueError, KeyError) as exc:

@@ -78,7 +78,8 @@ def test_gate1_report_reading() -> None:
                            "code": {"verdict": "good candidate", "ngram": {"acceptance_rate": 0.7}}}}
     ev = gate1_evidence(report, "a.json")
     assert not ev.poor_candidate and ev.ngram_acceptance == 0.7
-    assert gate1_evidence({"segments": {"chat": {"verdict": "poor"}}}, "b").poor_candidate
+    assert gate1_evidence({"segments": {"chat": {"verdict": "leave speculation off"},
+                                        "code": {"verdict": "poor candidate"}}}, "b").poor_candidate
 
 
 def test_catalog_errors_name_the_choices(tmp_path) -> None:
@@ -102,6 +103,6 @@ def test_gate1_report_supplies_lengths_and_can_veto(tmp_path) -> None:
     p = _plan(target="llama-3.1-8b", gpu="h100-80gb", gate1=report)
     assert p.method == "ngram" and "62%" in p.recommendation.reasons[0]
     assert p.baseline.tokens_per_sequence == 812 + 190
-    report.write_text(json.dumps({"segments": {"chat": {"verdict": "poor candidate"}}}))
+    report.write_text(json.dumps({"segments": {"chat": {"verdict": "leave speculation off"}}}))
     off = _plan(target="llama-3.1-8b", gpu="h100-80gb", gate1=report)
     assert off.method is None and off.config is None and off.speculative.kv_tokens == off.baseline.kv_tokens

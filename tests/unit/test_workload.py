@@ -121,7 +121,11 @@ def test_assess_segments_replay_and_write_a_runnable_plan(tmp_path: Path) -> Non
     log = _write(tmp_path / "log.jsonl", lines)
     items: list[dict] = []
     report = assess(log, IdTokenizer(), "ids", rules=[("extract", __import__("re").compile("^extract"))],
-                    collect=items)
+                    collect=items, requests_out=tmp_path / "per-request.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "per-request.jsonl").read_text().splitlines()]
+    assert len(rows) == 40 and rows[0]["segment"] == "extract" and rows[1]["segment"] == "default"
+    assert sum(r["ngram"]["accepted"] for r in rows if r["segment"] == "extract") == report.segments["extract"].ngram.accepted
+    assert {"ngram", "suffix"} <= set(rows[0])
     ext, other = report.segments["extract"], report.segments["default"]
     assert ext.requests == other.requests == 20 and report.requests == 40
     assert ext.ngram.acceptance_rate > 0.5 and ext.verdict == "candidate" and ext.config["method"] in ("ngram", "suffix")
@@ -135,3 +139,16 @@ def test_assess_segments_replay_and_write_a_runnable_plan(tmp_path: Path) -> Non
     assert plan.traffic[1].rate == pytest.approx(40 / 60, abs=0.01)  # 40 requests within one minute
     prompts = [json.loads(x) for x in (tmp_path / "next" / "prompts.jsonl").read_text().splitlines()]
     assert len(prompts) == 40 and {p["segment"] for p in prompts} == {"extract", "default"}
+
+
+def test_plan_reads_an_assess_report(tmp_path: Path) -> None:
+    """Gate 1 feeds Gates 2-3: the assess JSON gives plan its workload lengths and its method."""
+    from specguard.planning.run import PlanRequest, build_plan
+
+    line = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "a b c d e f a b c d",
+            "sampling": {"temperature": 0}, "response": {"text": "e f a b c d e f a b c d e f"}}
+    report = assess(_write(tmp_path / "l.jsonl", [line] * 5), IdTokenizer(), "ids", sweep=False, suffix=False)
+    (tmp_path / "a.json").write_text(report.model_dump_json())
+    plan = build_plan(PlanRequest(target="llama-3.1-8b", gpu="h100-80gb", gate1=tmp_path / "a.json",
+                                  vllm_version="0.32.0"))
+    assert plan.method == "ngram" and plan.baseline.tokens_per_sequence == 10 + 14

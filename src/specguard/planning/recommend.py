@@ -46,7 +46,7 @@ def gate1_evidence(report: dict[str, Any], source: str) -> Gate1Evidence:
     verdicts = [str(s.get("verdict", "")).lower() for s in segments.values() if isinstance(s, dict)]
     rates = [s.get("ngram", {}).get("acceptance_rate") for s in segments.values() if isinstance(s, dict)]
     rates = [float(r) for r in rates if isinstance(r, (int, float))]
-    poor = bool(verdicts) and all("poor" in v or v.startswith("not") or v == "no" for v in verdicts)
+    poor = bool(verdicts) and all(v in ("poor candidate", "leave speculation off") for v in verdicts)
     lengths = {k: float(report[k]) for k in ("mean_prompt_tokens", "mean_output_tokens")
                if isinstance(report.get(k), (int, float))}
     return Gate1Evidence(poor_candidate=poor, ngram_acceptance=max(rates) if rates else None, source=source, **lengths)

@@ -9,6 +9,7 @@ rules give each segment a verdict and the best config.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -131,18 +132,21 @@ class _Segment:
         self.sweep = sweep
 
     def add(self, entry: RequestLogEntry, prompt: list[int], output: list[int] | None, t0: float | None,
-            caches: dict[tuple[int, float], SuffixCache], req_id: str, max_model_len: int, replay: bool = True) -> None:
+            caches: dict[tuple[int, float], SuffixCache], req_id: str, max_model_len: int,
+            replay: bool = True) -> dict[str, ReplayStats]:
+        """Add one request; returns its replays under the default n-gram and suffix configs."""
         self.requests += 1
         temp = entry.sampling.temperature
         start = entry.timestamp.timestamp() - t0 if entry.timestamp is not None and t0 is not None else None
         e2e = entry.timings.e2e_s if entry.timings else None
         self.profile.add(start, e2e, temp, entry.sampling.top_p, len(prompt), len(output) if output is not None else None)
+        mine: dict[str, ReplayStats] = {}
         if output is None:
-            return
+            return mine
         self.replayed += 1
         self.greedy += temp == 0
         if not replay:
-            return
+            return mine
         lookups = NGRAM_LOOKUPS if self.sweep else [DEFAULT_NGRAM[:2]]
         ks = NGRAM_KS if self.sweep else [DEFAULT_NGRAM[2]]
         for lo, hi in lookups:
@@ -151,12 +155,16 @@ class _Segment:
                 key = (lo, hi, k)
                 self.ngram[key] = self.ngram.get(key, ReplayStats()).add(stats)
                 if key == DEFAULT_NGRAM:
+                    mine["ngram"] = stats
                     self.default = self.default.add(stats)
                     if temp == 0:
                         self.default_greedy = self.default_greedy.add(stats)
         for key, cache in caches.items():
             stats = replay_suffix(cache, req_id, prompt, output, max_model_len)
             self.suffix[key] = self.suffix.get(key, ReplayStats()).add(stats)
+            if key == SUFFIX_GRID[0]:
+                mine["suffix"] = stats
+        return mine
 
     def report(self, load: LoadFacts) -> SegmentReport:
         profile = self.profile.build()
@@ -192,8 +200,10 @@ def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat =
            rules: list[tuple[str, re.Pattern[str]]] | None = None, sweep: bool = True, suffix: bool = True,
            max_model_len: int = NO_LIMIT, load: LoadFacts | None = None,
            progress: Callable[[int], None] = lambda _n: None,
-           collect: list[dict[str, Any]] | None = None, collect_max: int = 200) -> AssessReport:
-    """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items."""
+           collect: list[dict[str, Any]] | None = None, collect_max: int = 200,
+           requests_out: Path | None = None) -> AssessReport:
+    """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items;
+    ``requests_out`` gets one JSON line per request with its own replay under the default configs."""
     skipped = SkipCounter() if skip_bad else None
     caches = {key: SuffixCache(SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]))
               for key in (SUFFIX_GRID if sweep else SUFFIX_GRID[:1])} if suffix else {}
@@ -201,22 +211,33 @@ def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat =
     overall = _Segment(sweep=False)
     t0: float | None = None
     prompt_total = output_total = outputs = 0
-    for n, entry in enumerate(read_log(log, fmt, skipped)):
-        if t0 is None and entry.timestamp is not None:
-            t0 = entry.timestamp.timestamp()
-        prompt = tokenizer.prompt_ids(entry)
-        output = tokenizer.output_ids(entry)
-        name = segment_of(entry, rules or [])
-        seg = segments.setdefault(name, _Segment(sweep))
-        if collect is not None and len(collect) < collect_max:
-            collect.append(entry.as_bench_item(len(output) if output else None, name))
-        seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
-        overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
-        prompt_total += len(prompt)
-        if output is not None:
-            output_total += len(output)
-            outputs += 1
-        progress(n + 1)
+    per_request = requests_out.open("w") if requests_out is not None else None
+    try:
+        for n, entry in enumerate(read_log(log, fmt, skipped)):
+            if t0 is None and entry.timestamp is not None:
+                t0 = entry.timestamp.timestamp()
+            prompt = tokenizer.prompt_ids(entry)
+            output = tokenizer.output_ids(entry)
+            name = segment_of(entry, rules or [])
+            seg = segments.setdefault(name, _Segment(sweep))
+            if collect is not None and len(collect) < collect_max:
+                collect.append(entry.as_bench_item(len(output) if output else None, name))
+            mine = seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
+            overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
+            prompt_total += len(prompt)
+            if output is not None:
+                output_total += len(output)
+                outputs += 1
+            if per_request is not None:
+                per_request.write(json.dumps({
+                    "request": n, "id": entry.id, "segment": name, "prompt_tokens": len(prompt),
+                    "output_tokens": len(output) if output is not None else None,
+                    **{m: {"drafts": st.drafts, "draft_tokens": st.draft_tokens, "accepted": st.accepted,
+                           "steps": st.steps, **st.rates()} for m, st in mine.items()}}) + "\n")
+            progress(n + 1)
+    finally:
+        if per_request is not None:
+            per_request.close()
     for seg in segments.values():  # replays belong to segments; the overall view sums them
         overall.default = overall.default.add(seg.default)
         overall.default_greedy = overall.default_greedy.add(seg.default_greedy)

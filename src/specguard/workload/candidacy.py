@@ -83,4 +83,6 @@ def decide_candidacy(step_reduction: float | None, high_temperature_share: float
     if verdict != "candidate":
         reasons.append("a draft model or EAGLE head may still do better; logs cannot predict it without the model")
         return Candidacy(verdict=verdict, reasons=reasons)
+    if best_method == "suffix":
+        reasons.append("suffix decoding needs arctic-inference installed next to vLLM (0.12+); check with preflight")
     return Candidacy(verdict=verdict, reasons=reasons, method=best_method, config=best_config)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,6 +25,16 @@ def _prop(r: ProposerResult | None) -> str:
     return f"acc {_pct(r.acceptance_rate)}, len {_num(r.mean_acceptance_length)}, steps -{_pct(r.step_reduction)}"
 
 
+def short_config(cfg: dict | None) -> str:
+    if not cfg:
+        return "-"
+    if cfg["method"] == "ngram":
+        return f"ngram {cfg['prompt_lookup_min']}..{cfg['prompt_lookup_max']} k={cfg['num_speculative_tokens']}"
+    if cfg["method"] == "suffix":
+        return f"suffix depth {cfg['suffix_decoding_max_tree_depth']} p>={cfg['suffix_decoding_min_token_prob']}"
+    return str(cfg["method"])
+
+
 def print_assessment(a: AssessReport, console: Console) -> None:
     console.print(f"[bold]{escape(a.log)}[/bold]: {a.requests} requests ({a.replayed} with responses), "
                   f"tokenized by {escape(a.tokenizer)}" + (f", {a.skipped['count']} bad lines skipped"
@@ -38,13 +50,16 @@ def print_assessment(a: AssessReport, console: Console) -> None:
     console.print(f"prompt tokens p50 {_num(p.prompt_tokens.p50)}, output tokens p50 {_num(p.output_tokens.p50)}")
     table = Table("segment", "requests", "n-gram 2..5 k=4", "suffix", "verdict", "recommended")
     for name, s in [*a.segments.items(), ("(all)", a.overall)]:
-        rec = escape(str(s.config)) if s.config else "-"
+        rec = short_config(s.config)
         table.add_row(escape(name), str(s.requests), _prop(s.ngram), _prop(s.suffix), s.verdict, rec)
     console.print(table)
     for name, s in a.segments.items():
         console.print(f"[bold]{escape(name)}[/bold]: {s.verdict}")
         for r in s.reasons:
             console.print(f"  - {escape(r)}")
+    for name, s in [*a.segments.items(), ("(all)", a.overall)]:
+        if s.config:
+            console.print(f"{escape(name)}: --speculative-config '{escape(json.dumps(s.config))}'", highlight=False)
     if a.check_plan:
         console.print(f"next: specguard check {escape(a.check_plan)} --out runs/after-assess")
     for limit in a.limits:
