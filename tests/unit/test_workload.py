@@ -152,3 +152,27 @@ def test_plan_reads_an_assess_report(tmp_path: Path) -> None:
     plan = build_plan(PlanRequest(target="llama-3.1-8b", gpu="h100-80gb", gate1=tmp_path / "a.json",
                                   vllm_version="0.32.0"))
     assert plan.method == "ngram" and plan.baseline.tokens_per_sequence == 10 + 14
+
+
+def test_counted_percentiles_equal_numpy() -> None:
+    import random
+    from collections import Counter
+
+    import numpy as np
+
+    from specguard.workload.profile import counted_distribution
+
+    rng = random.Random(0)
+    for _ in range(200):
+        xs = [rng.randint(0, 50) for _ in range(rng.randint(1, 300))]
+        d = counted_distribution(Counter(xs))
+        assert [d.p50, d.p90, d.p99] == pytest.approx(list(np.percentile(xs, [50, 90, 99])))
+        assert d.mean == pytest.approx(np.mean(xs)) and d.max == max(xs) and d.count == len(xs)
+
+
+def test_unordered_log_gives_no_peak_concurrency() -> None:
+    b = ProfileBuilder()
+    b.add(10, 1, 0, None, 1, 1)
+    b.add(5, 1, 0, None, 1, 1)
+    c = b.build().concurrency
+    assert c.peak is None and "not in arrival order" in c.source and c.mean == pytest.approx(2 / 6)

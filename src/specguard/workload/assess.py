@@ -159,10 +159,10 @@ class _Segment:
                     self.default = self.default.add(stats)
                     if temp == 0:
                         self.default_greedy = self.default_greedy.add(stats)
-        for key, cache in caches.items():
+        for skey, cache in caches.items():
             stats = replay_suffix(cache, req_id, prompt, output, max_model_len)
-            self.suffix[key] = self.suffix.get(key, ReplayStats()).add(stats)
-            if key == SUFFIX_GRID[0]:
+            self.suffix[skey] = self.suffix.get(skey, ReplayStats()).add(stats)
+            if skey == SUFFIX_GRID[0]:
                 mine["suffix"] = stats
         return mine
 

@@ -152,7 +152,7 @@ _CONVERTERS = {"openai": _from_openai, "sharegpt": _from_sharegpt, "bench": _fro
 
 def read_log(path: Path, fmt: LogFormat = "auto", skipped: SkipCounter | None = None) -> Iterator[RequestLogEntry]:
     """Entries of a JSONL log, streamed. Raises LogLineError on the first bad line unless ``skipped`` counts them."""
-    chosen = None if fmt == "auto" else fmt
+    chosen: str | None = None if fmt == "auto" else fmt
     with path.open(encoding="utf-8") as fh:
         for lineno, raw in enumerate(fh, start=1):
             if not raw.strip():

@@ -1,13 +1,16 @@
 """The traffic profile of a request log: rate over time, concurrency, sampling mix, lengths.
 
-Accumulators take one request at a time and keep compact arrays (a few bytes
-a request), so a large log streams through in flat memory.
+Accumulators take one request at a time and keep counters whose size does not
+grow with the log (minutes, distinct lengths, requests in flight), so a large
+log streams through in flat memory.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import math
-from array import array
 from collections import Counter
 
 import numpy as np
@@ -23,13 +26,24 @@ class Distribution(BaseModel):
     max: float | None = None
 
 
-def distribution(values: array | list[float]) -> Distribution:
-    if not len(values):
+def counted_distribution(counts: Counter[int]) -> Distribution:
+    """Percentiles of a multiset kept as value -> count, equal to numpy's default (linear) on the expanded list."""
+    n = sum(counts.values())
+    if not n:
         return Distribution(count=0)
-    a = np.asarray(values, dtype=float)
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return Distribution(count=len(a), mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99),
-                        max=float(a.max()))
+    values = sorted(counts)
+    cumulative = list(itertools.accumulate(counts[v] for v in values))
+
+    def nth(i: int) -> float:  # the i-th smallest (0-based) of the expanded list
+        return float(values[bisect.bisect_right(cumulative, i)])
+
+    def pct(q: float) -> float:
+        rank = q / 100 * (n - 1)
+        lo = math.floor(rank)
+        return nth(lo) + (nth(min(lo + 1, n - 1)) - nth(lo)) * (rank - lo)
+
+    mean = sum(v * c for v, c in counts.items()) / n
+    return Distribution(count=n, mean=mean, p50=pct(50), p90=pct(90), p99=pct(99), max=float(values[-1]))
 
 
 class RateProfile(BaseModel):
@@ -75,57 +89,72 @@ def _top_p_bucket(p: float | None) -> str:
 
 
 class ProfileBuilder:
+    """Streams requests into counters whose size does not grow with the log: minutes, distinct lengths, and
+    the requests in flight (a heap of end times, for logs in arrival order)."""
+
     def __init__(self) -> None:
         self.n = 0
-        self.starts = array("d")
-        self.ends = array("d")
-        self.prompt_lens = array("i")
-        self.output_lens = array("i")
+        self.minutes: Counter[int] = Counter()
+        self.prompt_lens: Counter[int] = Counter()
+        self.output_lens: Counter[int] = Counter()
         self.temps: Counter[str] = Counter()
         self.top_ps: Counter[str] = Counter()
+        self.first_start: float | None = None
+        self.last_start = -math.inf
+        self.in_order = True
+        self.timed = 0
+        self.busy_s = 0.0
+        self.window = (math.inf, -math.inf)
+        self.in_flight: list[float] = []
+        self.peak = 0
 
     def add(self, start_s: float | None, e2e_s: float | None, temperature: float | None, top_p: float | None,
             prompt_len: int | None, output_len: int | None) -> None:
         self.n += 1
-        if start_s is not None:
-            self.starts.append(start_s)
-            self.ends.append(start_s + e2e_s if e2e_s is not None else math.nan)
         self.temps[temperature_bucket(temperature)] += 1
         self.top_ps[_top_p_bucket(top_p)] += 1
         if prompt_len is not None:
-            self.prompt_lens.append(prompt_len)
+            self.prompt_lens[prompt_len] += 1
         if output_len is not None:
-            self.output_lens.append(output_len)
+            self.output_lens[output_len] += 1
+        if start_s is None:
+            return
+        self.first_start = start_s if self.first_start is None else min(self.first_start, start_s)
+        self.minutes[math.floor(start_s / 60)] += 1
+        self.in_order &= start_s >= self.last_start
+        self.last_start = max(self.last_start, start_s)
+        if e2e_s is not None:
+            self.timed += 1
+            self.busy_s += e2e_s
+            self.window = (min(self.window[0], start_s), max(self.window[1], start_s + e2e_s))
+            while self.in_flight and self.in_flight[0] <= start_s:
+                heapq.heappop(self.in_flight)
+            heapq.heappush(self.in_flight, start_s + e2e_s)
+            self.peak = max(self.peak, len(self.in_flight))
 
     def _rate(self) -> RateProfile | None:
-        if len(self.starts) < 2:
+        if sum(self.minutes.values()) < 2:
             return None
-        t = np.asarray(self.starts)
-        t0 = t.min()
-        minutes = np.floor((t - t0) / 60).astype(int)
-        counts = np.bincount(minutes) / 60.0
-        span = max(t.max() - t0, 1e-9)
-        return RateProfile(minutes=len(counts), per_minute_p50=float(np.percentile(counts, 50)),
-                           per_minute_p95=float(np.percentile(counts, 95)), per_minute_peak=float(counts.max()),
-                           mean_rps=float(len(t) / span))
+        lo, hi = min(self.minutes), max(self.minutes)
+        per_minute = np.array([self.minutes.get(m, 0) for m in range(lo, hi + 1)], dtype=float) / 60.0
+        span = max(self.last_start - (self.first_start or 0.0), 1e-9)
+        return RateProfile(minutes=len(per_minute), per_minute_p50=float(np.percentile(per_minute, 50)),
+                           per_minute_p95=float(np.percentile(per_minute, 95)), per_minute_peak=float(per_minute.max()),
+                           mean_rps=float(sum(self.minutes.values()) / span))
 
     def _concurrency(self) -> ConcurrencyProfile:
-        ends = np.asarray(self.ends)
-        known = ~np.isnan(ends)
-        if not known.any():
+        if not self.timed:
             return ConcurrencyProfile(source="no durations in the log")
-        starts = np.asarray(self.starts)[known]
-        ends = ends[known]
-        events = np.concatenate([np.stack([starts, np.ones_like(starts)], 1), np.stack([ends, -np.ones_like(ends)], 1)])
-        events = events[np.lexsort((events[:, 1], events[:, 0]))]  # at equal times, an end before a start
-        level = np.cumsum(events[:, 1])
-        times = events[:, 0]
-        span = times[-1] - times[0]
-        mean = float(np.sum(level[:-1] * np.diff(times)) / span) if span > 0 else float(level.max())
-        return ConcurrencyProfile(source=f"start + e2e_s of {int(known.sum())} requests", mean=mean,
-                                  peak=int(level.max()))
+        span = self.window[1] - self.window[0]
+        # The time integral of the number in flight is the sum of the durations (Little's law, exact).
+        mean = self.busy_s / span if span > 0 else float(self.timed)
+        if not self.in_order:
+            return ConcurrencyProfile(source=f"e2e_s of {self.timed} requests; log not in arrival order, so no peak",
+                                      mean=mean)
+        return ConcurrencyProfile(source=f"start + e2e_s of {self.timed} requests", mean=mean, peak=self.peak)
 
     def build(self) -> TrafficProfile:
         return TrafficProfile(requests=self.n, rate=self._rate(), concurrency=self._concurrency(),
                               temperature_mix=dict(self.temps), top_p_mix=dict(self.top_ps),
-                              prompt_tokens=distribution(self.prompt_lens), output_tokens=distribution(self.output_lens))
+                              prompt_tokens=counted_distribution(self.prompt_lens),
+                              output_tokens=counted_distribution(self.output_lens))
