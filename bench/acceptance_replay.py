@@ -3,7 +3,7 @@
 Both replay the same tokenized requests, in one run, with the same greedy
 verification loop (vllm-facts.md section 5: draft from the accepted context,
 accept the common prefix, advance by accepted + 1). specguard uses its
-``KnownSequenceDrafts`` (the candidates of a whole logged request, found once);
+replay (the candidate places of a whole logged request found once, the proposal inlined in the loop);
 vLLM's ``_find_longest_matched_ngram_and_propose_tokens``
 (numba, JIT-compiled before timing) is called with a view of one preallocated
 int32 buffer per request, the way vLLM's runner passes ``token_ids_cpu``. The

@@ -75,3 +75,22 @@ def test_suffix_global_tree_learns_from_earlier_responses() -> None:
     no_global = SuffixCache(SuffixParams(max_tree_depth=8, num_speculative_tokens=4, max_cached_requests=0))
     replay_suffix(no_global, "r1", [1, 2], answer, 1000)
     assert replay_suffix(no_global, "r2", [3, 4], answer, 1000).accepted == 0
+
+
+def test_fast_ngram_replay_equals_the_step_by_step_replay_on_random_requests() -> None:
+    """The replay inlines the proposal for speed; it must count exactly what drafting with the KMP port counts."""
+    import random
+
+    from specguard.proposers.replay import replay
+
+    rng = random.Random(3)
+    for _ in range(1500):
+        vocab = rng.choice([2, 3, 10])
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(0, 50))]
+        output = [rng.randrange(vocab) for _ in range(rng.randint(0, 60))]
+        lo = rng.randint(1, 3)
+        hi, k = rng.randint(lo, 5), rng.randint(1, 5)
+        mml = rng.choice([10**6, len(prompt) + len(output) // 2 + 1, len(prompt) + 2])
+        seq = prompt + output
+        slow = replay(prompt, output, lambda pos: ngram_propose(seq[:pos], lo, hi, k, mml))  # noqa: B023
+        assert replay_ngram(prompt, output, lo, hi, k, mml) == slow

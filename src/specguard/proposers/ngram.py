@@ -74,13 +74,13 @@ class KnownSequenceDrafts:
     def __init__(self, tokens: Sequence[int], min_n: int, max_n: int, first: int):
         self.tokens = tokens if isinstance(tokens, list) else list(tokens)
         self.min_n, self.max_n = min_n, max_n
-        keys = self._keys = _min_gram_keys(self.tokens, min_n) if len(self.tokens) >= min_n else []
+        keys = self.keys = _min_gram_keys(self.tokens, min_n) if len(self.tokens) >= min_n else []
         queried = set(keys[max(0, first - min_n):])
         candidates = [j for j, key in enumerate(keys) if key in queried]
         starts: dict[int, list[int]] = {}
         for j in candidates:
             starts.setdefault(keys[j], []).append(j)
-        self._starts = starts
+        self.starts = starts
 
     def propose_at(self, total: int, k: int, max_model_len: int) -> list[int]:
         min_n, max_n, toks = self.min_n, self.max_n, self.tokens
@@ -89,7 +89,7 @@ class KnownSequenceDrafts:
         k = min(k, max_model_len - total)
         if k <= 0:
             return []
-        starts = self._starts.get(self._keys[total - min_n])
+        starts = self.starts.get(self.keys[total - min_n])
         if not starts:
             return []
         best_len, best_end, tail, last = 0, -1, total - 1, min_n - 1

@@ -158,6 +158,58 @@ def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output
 
 def replay_ngram_sweep(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, ks: Sequence[int],
                        max_model_len: int) -> dict[int, ReplayStats]:
-    """One request under several k at once, sharing the request's text."""
+    """One request under several k at once, sharing the request's candidate places."""
     drafts = KnownSequenceDrafts(list(prompt) + list(output), min_n, max_n, len(prompt) + 1)
-    return {k: replay(prompt, output, lambda pos, k=k: drafts.propose_at(pos, k, max_model_len)) for k in ks}
+    return {k: _replay_known(drafts, len(prompt), len(output), k, max_model_len) for k in ks}
+
+
+def _replay_known(drafts: KnownSequenceDrafts, prompt_len: int, output_len: int, k: int,
+                  max_model_len: int) -> ReplayStats:
+    """``replay`` with the n-gram proposal inlined: the same steps and counts, without a call per step."""
+    if not output_len:
+        return ReplayStats(requests=1)
+    seq, keys, starts = drafts.tokens, drafts.keys, drafts.starts
+    min_n, max_n, last = drafts.min_n, drafts.max_n, drafts.min_n - 1
+    end = prompt_len + output_len
+    pos = prompt_len + 1  # the prefill step sampled the first output token
+    per_pos: list[int] = []
+    steps = drafts_n = draft_tokens = accepted_total = past_end = 0
+    while pos < end:
+        steps += 1
+        accepted = 0
+        kk = min(k, max_model_len - pos)
+        places = starts.get(keys[pos - min_n]) if pos >= min_n and kk > 0 else None
+        best_end = -1
+        if places:
+            best_len, tail = 0, pos - 1
+            for begin in places:
+                e = begin + last
+                if e >= tail:
+                    break
+                m = min_n
+                while m < max_n and e - m >= 0 and seq[e - m] == seq[tail - m]:
+                    m += 1
+                if m > best_len:
+                    best_len, best_end = m, e
+                    if m == max_n:
+                        break
+        if best_end >= 0:
+            begin = best_end + 1
+            n = min(kk, pos - begin)
+            for i in range(n):
+                if pos + i >= end or seq[begin + i] != seq[pos + i]:
+                    break
+                accepted += 1
+            drafts_n += 1
+            draft_tokens += n
+            accepted_total += accepted
+            if accepted == end - pos and n > accepted:
+                past_end += n - accepted
+            if len(per_pos) < n:
+                per_pos += [0] * (n - len(per_pos))
+            for i in range(accepted):
+                per_pos[i] += 1
+        pos = min(end, pos + accepted + 1)
+    return ReplayStats(requests=1, output_tokens=output_len, baseline_steps=output_len - 1, steps=steps,
+                       drafts=drafts_n, draft_tokens=draft_tokens, accepted=accepted_total, past_end=past_end,
+                       accepted_per_pos=per_pos)
