@@ -43,6 +43,12 @@ def test_ngram_costs_no_kv_and_a_draft_costs_its_layers_and_lookahead() -> None:
     assert d.kv_tokens < draft.baseline.kv_tokens and 0 < draft.headroom_lost_percent < 100
 
 
+def test_medusa_heads_cost_weights_but_no_kv() -> None:
+    p = _plan(target="llama-3.1-8b", gpu="h100-80gb", method="medusa", draft="llama-3.2-1b", num_speculative_tokens=3)
+    assert p.speculative.kv_bytes_per_token_per_gpu == p.baseline.kv_bytes_per_token_per_gpu
+    assert p.speculative.weights_bytes_per_gpu > p.baseline.weights_bytes_per_gpu
+
+
 def test_expected_concurrency_warning_and_weights_that_do_not_fit() -> None:
     p = _plan(target="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4, draft="llama-3.1-8b",
               prompt_len=1000, output_len=300, expected_concurrency=300)

@@ -141,7 +141,8 @@ def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEn
                      "give the head's directory with --draft for its real size")
     else:
         raise PlanError(f"method {method} needs a draft: give --draft NAME_OR_DIR")
-    return DraftLayers(shape=shape, tensor_parallel_size=dtp, weight_bytes=weights,
+    # Medusa and MLP-speculator heads have weights but no attention: nothing in the KV pool.
+    return DraftLayers(shape=shape if K.uses_draft_kv(method) else None, tensor_parallel_size=dtp, weight_bytes=weights,
                        lookahead_slots=K.lookahead_slots(method, k))
 
 

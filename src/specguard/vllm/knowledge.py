@@ -148,9 +148,12 @@ def draft_model_unsupported(v: Version) -> bool:
 
 
 def uses_draft_kv(method: str) -> bool:
-    """Draft layers in the shared KV pool: eagle family, MTP, draft_model, extract_hidden_states (section 6)."""
+    """Draft attention layers in the shared KV pool: eagle family, MTP, draft_model, dspark (section 6).
+
+    Medusa and MLP-speculator heads have no attention, so no KV; n-gram, suffix and custom classes neither.
+    """
     m = canonical_method(method)
-    return m in EAGLE_LIKE or m in {"draft_model", "dspark", "medusa", "mlp_speculator"}
+    return m in EAGLE_LIKE or m in {"draft_model", "dspark"}
 
 
 def lookahead_slots(method: str, k: int) -> int:
