@@ -82,3 +82,15 @@ def test_round_trips() -> None:
                                 "--speculative-max-model-len": 2048})
     assert back == cfg and not missing
     assert K.LEGACY_FLAG_KEYS["--ngram-prompt-lookup-min"] == "prompt_lookup_min"
+
+
+def test_api_keys_never_reach_a_report() -> None:
+    from specguard.preflight.run import run_preflight
+    from specguard.vllm.server_spec import redact_argv
+
+    assert redact_argv(["--api-key", "s3cr3t", "--api_key=s3cr3t", "--port", "1"]) == [
+        "--api-key", "<redacted>", "--api_key=<redacted>", "--port", "1"]
+    args = server_args(split_command("vllm serve org/m --api-key s3cr3t --speculative-config "
+                                     "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'"))
+    report = run_preflight(vllm_version="0.32.0", command=args)
+    assert "s3cr3t" not in report.model_dump_json() and report.valid is True

@@ -31,7 +31,7 @@ from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_jsonl
 from specguard.server_metrics.server_facts import inspect_server
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
-from specguard.vllm.server_spec import ServerSpec
+from specguard.vllm.server_spec import ServerSpec, redact_argv
 
 ARMS = ("baseline", "candidate")
 OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUDA error: out of memory", "Cannot allocate memory")
@@ -122,7 +122,7 @@ def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) ->
                 pinned = from_spec(spec, inspect_server(server.base_url), f"launched arm '{arm_name}'")
                 result.inventory[arm_name] = ArmInventory(
                     arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
-                    max_model_len=spec.max_model_len, command=server.argv, pinned=pinned)
+                    max_model_len=spec.max_model_len, command=redact_argv(server.argv), pinned=pinned)
             try:
                 _run_block(plan, result, arm_name, rep, server.base_url, spec.name, server.metrics_url, None,
                            prompt_sets, server)

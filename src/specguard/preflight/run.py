@@ -30,6 +30,7 @@ from specguard.preflight.translate import (
 )
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
 from specguard.vllm import knowledge as K
+from specguard.vllm.server_spec import redact_argv
 
 
 class PreflightInputError(ValueError):
@@ -186,7 +187,8 @@ def run_preflight(
         workarounds=install.workarounds, surface=surface,
         methods=answer.methods if answer and answer.methods is not None else K.methods_for(version),
         fields=sorted(set(answer.fields) - K.INTERNAL_FIELDS) if answer else sorted(K.fields_for(version)),
-        checked_by=checked_by, valid=valid, config=checked, command=command,
+        checked_by=checked_by, valid=valid, config=checked,
+        command=redact_argv(command) if command is not None else None,
         command_forms=spec.forms if spec else [], findings=findings,
         translations=_translations(checked, version) if checked is not None else None,
     )

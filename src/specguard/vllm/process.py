@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from specguard.vllm.server_spec import ServerSpec, build_argv
+from specguard.vllm.server_spec import ServerSpec, build_argv, redact_argv
 
 _LIVE: set[ManagedServer] = set()
 
@@ -92,7 +92,7 @@ class ManagedServer:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", **self.runtime_env, **self.spec.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            log.write(("$ " + " ".join(self.argv) + "\n").encode())
+            log.write(("$ " + " ".join(redact_argv(self.argv)) + "\n").encode())
             log.flush()
             self.proc = subprocess.Popen(
                 self.argv,

@@ -53,3 +53,25 @@ def build_argv(spec: ServerSpec, serve_argv: list[str], port: int) -> list[str]:
     if spec.speculative_config is not None:
         argv += ["--speculative-config", json.dumps(spec.speculative_config, separators=(",", ":"))]
     return argv + list(spec.extra_args)
+
+
+SECRET_FLAGS = ("--api-key",)
+REDACTED = "<redacted>"
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """argv with the values of secret-bearing flags replaced, for logs and reports (never for running)."""
+    out: list[str] = []
+    hide_next = False
+    for tok in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = tok.partition("=")
+        if flag.replace("_", "-") in SECRET_FLAGS:
+            out.append(f"{flag}={REDACTED}" if eq else tok)
+            hide_next = not eq
+            continue
+        out.append(tok)
+    return out
