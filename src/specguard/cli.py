@@ -15,6 +15,8 @@ from rich.console import Console
 
 from specguard import __version__
 from specguard.cli_gates import register as register_gate_commands
+from specguard.cli_output import err
+from specguard.cli_output import fail as _fail
 
 app = typer.Typer(
     help="Production-readiness gates for speculative decoding on vLLM.",
@@ -25,12 +27,6 @@ embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime a
 app.add_typer(embedded_app, name="embedded")
 register_gate_commands(app)
 
-err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: paths and keys are greppable
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
 
 
 @app.callback(invoke_without_command=True)
@@ -75,10 +71,11 @@ def bench(
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token."""
     from specguard.loadgen.arrivals import load_shape_from_options
     from specguard.loadgen.prompts import PromptFileError, load_prompts
-    from specguard.loadgen.runner import BenchConfig, ProgressSink, run_bench, server_root
+    from specguard.loadgen.runner import BenchConfig, ProgressSink, run_bench
     from specguard.report.terminal import RichProgress, print_summaries
     from specguard.results.models import SamplingOverrides
     from specguard.results.store import RunDirError
+    from specguard.server_metrics.server_facts import server_root
 
     if api not in ("completions", "chat"):
         _fail(f"--api must be completions or chat (got {api})")

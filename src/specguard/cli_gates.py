@@ -8,15 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True)
-
-
-def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
+from specguard.cli_output import err, out
+from specguard.cli_output import fail as _fail
 
 
 def _api_key(env_name: str | None) -> str | None:

@@ -26,10 +26,10 @@ from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
 from specguard.inventory.collect import from_server, from_spec
 from specguard.inventory.model import Inventory
 from specguard.loadgen.prompts import PromptSet, load_prompts
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench, server_root
+from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_jsonl
-from specguard.server_metrics.server_facts import inspect_server
+from specguard.server_metrics.server_facts import inspect_server, server_root
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import ServerSpec, redact_argv
 

@@ -30,6 +30,7 @@ from specguard.loadgen.recorder import FinishedStream, Progress, Recorder
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
+from specguard.server_metrics.server_facts import server_root
 
 T = TypeVar("T")
 
@@ -66,10 +67,6 @@ def endpoint_url(base_url: str, api: str) -> str:
     if not base.endswith("/v1"):
         base += "/v1"
     return f"{base}/{'chat/completions' if api == 'chat' else 'completions'}"
-
-
-def server_root(base_url: str) -> str:
-    return base_url.rstrip("/").removesuffix("/v1")
 
 
 class _Run:

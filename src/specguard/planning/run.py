@@ -195,8 +195,9 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
         notes.append("suffix decoding keeps its trees in host memory, not the KV cache")
     server = inspect_server(req.url, api_key) if req.url else None
     gpu = resolve_gpu(req.gpu, req.gpu_memory_gib)
+    target_summary = _summary(target, dtype, kv_bytes)
     inputs = MemoryInputs(
-        target_shape=target.shape, target_weight_bytes=_summary(target, dtype, kv_bytes).weight_bytes,
+        target_shape=target.shape, target_weight_bytes=target_summary.weight_bytes,
         tensor_parallel_size=req.tensor_parallel_size, gpu_memory_bytes=gpu.memory_bytes if gpu else None,
         gpu_memory_utilization=req.gpu_memory_utilization or K.default_gpu_memory_utilization(version),
         kv_cache_memory_bytes=int(req.kv_cache_memory_gib * GIB) if req.kv_cache_memory_gib is not None else None,
@@ -213,7 +214,7 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size,
                                              target_max_model_len=inputs.max_model_len)) if cfg else []
     return PlanReport(
-        target=_summary(target, dtype, kv_bytes),
+        target=target_summary,
         draft=_summary(draft, req.dtype or draft.native_dtype, kv_bytes) if draft else None,
         method=method, num_speculative_tokens=k if method else None, gpu=gpu,
         tensor_parallel_size=req.tensor_parallel_size, vllm_version=version_text,

@@ -42,6 +42,7 @@ class ServerFacts(BaseModel):
 
 
 def server_root(url: str) -> str:
+    """A server's root from its root or its OpenAI /v1 URL."""
     return url.rstrip("/").removesuffix("/v1")
 
 

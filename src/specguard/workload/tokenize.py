@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
+from specguard.server_metrics.server_facts import server_root
 from specguard.workload.logformat import RequestLogEntry
 
 
@@ -88,7 +89,7 @@ class ServerTokenizer:
     """vLLM's ``/tokenize``: the server's own tokenizer and chat template."""
 
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None):
-        self.root = url.rstrip("/").removesuffix("/v1")
+        self.root = server_root(url)
         self.model = model
         self._headers = {"Content-Type": "application/json"}
         if api_key:
