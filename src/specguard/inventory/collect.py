@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from specguard.inventory.model import Inventory, KvHeadroom, ModelIdentity
 from specguard.preflight.translate import extract_speculation, model_argument, option_value
 from specguard.server_metrics.server_facts import ServerFacts
 from specguard.vllm import knowledge as K
-from specguard.vllm.server_spec import ServerSpec
+from specguard.vllm.server_spec import ServerSpec, build_argv
 
 # Hashing a 140 GB checkpoint on every benchmark is not an option: big files are fingerprinted by their size
 # and their first and last 16 MiB, which changes whenever a re-download or re-quantization changes them.
@@ -127,8 +128,6 @@ def _served_max_len(facts: ServerFacts | None) -> int | None:
 
 def spec_args(spec: ServerSpec) -> list[str]:
     """A launch spec as server arguments (what build_argv appends after the entry point)."""
-    from specguard.vllm.server_spec import build_argv
-
     return build_argv(spec, ["vllm", "serve"], spec.port or 0)[2:]
 
 
@@ -144,8 +143,6 @@ def from_server(facts: ServerFacts, speculative_config: dict[str, Any] | None, g
     root = facts.models[0].get("root") if facts.models else None
     args = [str(root or (facts.models[0].get("id") if facts.models else "unknown"))]
     if speculative_config is not None:
-        import json
-
         args += ["--speculative-config", json.dumps(speculative_config)]
     inv = from_args(args, f"running server {facts.url}", facts,
                     gpu or (detect_gpu() if _is_local(facts.url) else None), lengths)

@@ -6,9 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specguard.planning.catalog import GIB
 from specguard.planning.run import PlanReport
-
-GIB = 1024**3
 
 
 def print_plan(p: PlanReport, console: Console) -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
 from specguard.memory.kv import kv_bytes_per_token
-from specguard.planning.catalog import GpuEntry, ModelEntry, resolve_gpu, resolve_model
+from specguard.planning.catalog import GIB, GpuEntry, ModelEntry, resolve_gpu, resolve_model
 from specguard.planning.memory_plan import (
     DEFAULT_NON_KV_RESERVE_GIB,
     DraftLayers,
@@ -29,7 +29,6 @@ from specguard.preflight.translate import config_json, to_spec_args
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
 from specguard.vllm import knowledge as K
 
-GIB = 1024**3
 MODEL_FREE = {"ngram", "ngram_gpu", "suffix"}
 
 
@@ -111,9 +110,14 @@ def _version(request: PlanRequest) -> tuple[str, str]:
     return K.version_text(K.LATEST_KNOWN), "latest release specguard knows"
 
 
+def _weight_bytes(m: ModelEntry, dtype: str) -> float:
+    """The local weight files' size when they are in that dtype, else parameters x bits."""
+    return m.weight_bytes if m.weight_bytes and dtype == m.native_dtype else m.params * weight_bits(dtype) / 8
+
+
 def _summary(m: ModelEntry, dtype: str, kv_bytes: int) -> ModelSummary:
-    weights = m.weight_bytes if m.weight_bytes and dtype == m.native_dtype else m.params * weight_bits(dtype) / 8
-    return ModelSummary(name=m.name, source=m.source, params=m.params, weight_dtype=dtype, weight_bytes=weights,
+    return ModelSummary(name=m.name, source=m.source, params=m.params, weight_dtype=dtype,
+                        weight_bytes=_weight_bytes(m, dtype),
                         kv_bytes_per_token=kv_bytes_per_token(m.shape, kv_bytes, 1), num_layers=m.shape.num_layers,
                         attention="MLA" if m.shape.is_mla else f"GQA {m.shape.num_kv_heads} KV heads x {m.shape.head_dim}")
 
@@ -132,7 +136,7 @@ def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEn
         weights = (target.mtp_params or target.mtp_layers * target.decoder_layer_params) * bits / 8
     elif draft is not None:
         shape = draft.shape
-        weights = draft.weight_bytes or draft.params * bits / 8
+        weights = _weight_bytes(draft, dtype)
     elif canon in ("eagle", "eagle3", "dflash"):
         layers = req.draft_layers or 1
         shape = target.shape.model_copy(update={"num_layers": layers})
@@ -204,10 +208,11 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
         non_kv_reserve_bytes=req.non_kv_reserve_gib * GIB, kv_dtype_bytes=kv_bytes, block_size=req.block_size,
         max_model_len=req.max_model_len or target.max_position_embeddings, prompt_len=req.prompt_len,
         output_len=req.output_len, expected_concurrency=req.expected_concurrency)
-    comparison = None
+    budget = None
     if server is not None and server.num_gpu_blocks is not None:
-        inputs, comparison = _compare(inputs, draft_layers, server)
+        inputs, budget = _with_server_cache(inputs, server)
     plan: MemoryPlan = plan_memory(inputs, draft_layers)
+    comparison = _compare(plan, server, budget, inputs.block_size) if server is not None and budget else None
     cfg = _config(method, k, draft, req)
     if cfg and draft is not None and draft.source == "catalog":
         notes.append(f"'{req.draft}' is a catalog name: put the draft's repository id or local path in 'model'")
@@ -225,9 +230,8 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
         config_findings=findings, server=server, server_comparison=comparison)
 
 
-def _compare(inputs: MemoryInputs, draft: DraftLayers | None,
-             server: ServerFacts) -> tuple[MemoryInputs, ServerComparison]:
-    """Re-plan with the server's own cache settings, and set the prediction beside its num_gpu_blocks."""
+def _with_server_cache(inputs: MemoryInputs, server: ServerFacts) -> tuple[MemoryInputs, str]:
+    """The inputs with the server's own cache settings, and how its KV budget is set."""
     cache = server.cache_config or {}
     update: dict[str, Any] = {"block_size": server.block_size or inputs.block_size}
     budget = "gpu_memory_utilization x GPU memory - weights - reserve"
@@ -237,12 +241,14 @@ def _compare(inputs: MemoryInputs, draft: DraftLayers | None,
         budget = f"kv_cache_memory_bytes={int(float(fixed))} (reported by the server)"
     elif cache.get("gpu_memory_utilization") not in (None, "", "None"):
         update["gpu_memory_utilization"] = float(cache["gpu_memory_utilization"])
-    inputs = inputs.model_copy(update=update)
-    side_name = "speculative" if server.speculation_on else "baseline"
-    predicted = plan_memory(inputs, draft if server.speculation_on else None)
-    side = predicted.speculative if server.speculation_on else predicted.baseline
+    return inputs.model_copy(update=update), budget
+
+
+def _compare(plan: MemoryPlan, server: ServerFacts, budget: str, block_size: int) -> ServerComparison:
+    """The prediction for the side the server runs (speculation on or off) beside its num_gpu_blocks."""
+    side = plan.speculative if server.speculation_on else plan.baseline
     actual = server.num_gpu_blocks or 0
     error = 100.0 * (side.kv_blocks - actual) / actual if actual else 0.0
-    return inputs, ServerComparison(side=side_name, server_blocks=actual, predicted_blocks=side.kv_blocks,
-                                    error_percent=round(error, 3), block_size=inputs.block_size, kv_budget=budget)
-
+    return ServerComparison(side="speculative" if server.speculation_on else "baseline", server_blocks=actual,
+                            predicted_blocks=side.kv_blocks, error_percent=round(error, 3), block_size=block_size,
+                            kv_budget=budget)

@@ -171,7 +171,6 @@ def run_preflight(
         max_model_len = target_config.get("max_position_embeddings")
     findings: list[Finding] = list(spec.findings) if spec else []
     checked_by = ["specguard-rules"]
-    valid: bool | None = None
     if checked is not None:
         draft = checked.get("model")
         ctx = RuleContext(version=version, tensor_parallel_size=tensor_parallel_size, target_max_model_len=max_model_len,

@@ -19,10 +19,16 @@ from pydantic import BaseModel, Field
 
 from specguard.proposers.replay import ReplayStats, replay_ngram_sweep, replay_suffix
 from specguard.proposers.suffix import SuffixCache, SuffixParams
-from specguard.workload.candidacy import Candidacy, LoadFacts, decide_candidacy, modelled_speedup
+from specguard.workload.candidacy import (
+    VERIFY_COST_PER_TOKEN,
+    Candidacy,
+    LoadFacts,
+    decide_candidacy,
+    modelled_speedup,
+)
 from specguard.workload.importers import LogFormat, SkipCounter, read_log
 from specguard.workload.logformat import RequestLogEntry
-from specguard.workload.profile import ProfileBuilder, TrafficProfile
+from specguard.workload.profile import ProfileBuilder, TrafficProfile, high_temperature_share
 from specguard.workload.tokenize import Tokenize
 
 ASSESS_SCHEMA = "specguard.assess/1"
@@ -49,7 +55,8 @@ DEFINITIONS = {
     "per_position": "share of drafts whose first i+1 tokens were accepted",
     "draft_fraction": "decode steps that carried a draft / decode steps",
     "step_reduction": "1 - decode steps with speculation / decode steps without (the prefill step excluded)",
-    "modelled_speedup": "baseline steps / (steps + 0.03 x draft tokens): ranks configs, not a latency promise",
+    "modelled_speedup": f"baseline steps / (steps + {VERIFY_COST_PER_TOKEN} x draft tokens): ranks configs, "
+                        "not a latency promise",
 }
 
 
@@ -125,7 +132,6 @@ class _Segment:
     def __init__(self, sweep: bool):
         self.profile = ProfileBuilder()
         self.requests = self.replayed = self.greedy = 0
-        self.default = ReplayStats()
         self.default_greedy = ReplayStats()
         self.suffix: dict[tuple[int, float], ReplayStats] = {}
         self.ngram: dict[tuple[int, int, int], ReplayStats] = {}
@@ -156,7 +162,6 @@ class _Segment:
                 self.ngram[key] = self.ngram.get(key, ReplayStats()).add(stats)
                 if key == DEFAULT_NGRAM:
                     mine["ngram"] = stats
-                    self.default = self.default.add(stats)
                     if temp == 0:
                         self.default_greedy = self.default_greedy.add(stats)
         for skey, cache in caches.items():
@@ -173,13 +178,14 @@ class _Segment:
         sweep = ngram_results + suffix_results
         ranked = [r for r in sweep if r.modelled_speedup is not None and r.drafts]
         best = max(ranked, key=lambda r: r.modelled_speedup or 0.0) if ranked else None
-        hot = sum(n for bucket, n in profile.temperature_mix.items() if bucket.startswith(("above", "unset")))
-        decision: Candidacy = decide_candidacy(best.step_reduction if best else None, hot / max(1, self.requests), load,
-                                               best.method if best else None, best.config if best else None)
+        decision: Candidacy = decide_candidacy(
+            best.step_reduction if best else None, high_temperature_share(profile.temperature_mix), load,
+            best.method if best else None, best.config if best else None)
         default_suffix = self.suffix.get(SUFFIX_GRID[0])
         return SegmentReport(
             requests=self.requests, replayed=self.replayed, greedy_requests=self.greedy, profile=profile,
-            ngram=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.default) if self.replayed else None,
+            ngram=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.ngram.get(DEFAULT_NGRAM, ReplayStats()))
+            if self.replayed else None,
             ngram_greedy=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.default_greedy) if self.greedy else None,
             suffix=_result("suffix", suffix_config(*SUFFIX_GRID[0]), default_suffix) if default_suffix else None,
             sweep=sweep if self.sweep else [], verdict=decision.verdict, reasons=decision.reasons,
@@ -239,9 +245,9 @@ def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat =
         if per_request is not None:
             per_request.close()
     for seg in segments.values():  # replays belong to segments; the overall view sums them
-        overall.default = overall.default.add(seg.default)
         overall.default_greedy = overall.default_greedy.add(seg.default_greedy)
-        overall.ngram[DEFAULT_NGRAM] = overall.ngram.get(DEFAULT_NGRAM, ReplayStats()).add(seg.default)
+        overall.ngram[DEFAULT_NGRAM] = overall.ngram.get(DEFAULT_NGRAM, ReplayStats()).add(
+            seg.ngram.get(DEFAULT_NGRAM, ReplayStats()))
         for key, stats in seg.suffix.items():
             overall.suffix[key] = overall.suffix.get(key, ReplayStats()).add(stats)
     load = _with_traffic(load or LoadFacts(), overall.profile.build())

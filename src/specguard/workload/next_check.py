@@ -16,10 +16,9 @@ from typing import Any
 import yaml
 
 from specguard.workload.assess import AssessReport
+from specguard.workload.profile import bucket_temperature
 
 MAX_PROMPTS = 200
-_BUCKET_TEMPERATURE = {"0 (greedy)": 0.0, "(0, 0.3]": 0.2, "(0.3, 0.7]": 0.7, "above 0.7": 1.0,
-                       "unset (server default 1.0)": 1.0}
 
 
 def write_check_plan(report: AssessReport, items: list[dict[str, Any]], out_dir: Path, target_model: str,
@@ -37,7 +36,7 @@ def write_check_plan(report: AssessReport, items: list[dict[str, Any]], out_dir:
     steady = max(0.1, round(rate.per_minute_p50, 2)) if rate and rate.per_minute_p50 else 1.0
     burst = max(steady * 2, round(1.5 * rate.per_minute_peak, 2)) if rate and rate.per_minute_peak else steady * 4
     mix = report.overall.profile.temperature_mix
-    production = _BUCKET_TEMPERATURE.get(max(mix, key=lambda b: mix[b]), 1.0) if mix else 1.0
+    production = bucket_temperature(max(mix, key=lambda b: mix[b])) if mix else 1.0
     launch: dict[str, Any] = {"model": target_model}
     if max_model_len:
         launch["max_model_len"] = max_model_len

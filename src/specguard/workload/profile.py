@@ -70,16 +70,28 @@ class TrafficProfile(BaseModel):
     output_tokens: Distribution
 
 
+# Temperature buckets: (label, upper bound, a representative temperature for a benchmark, "high" for Gate 1).
+UNSET_BUCKET = ("unset (server default 1.0)", 1.0, True)
+_BUCKETS = [("0 (greedy)", 0.0, 0.0, False), ("(0, 0.3]", 0.3, 0.2, False), ("(0.3, 0.7]", 0.7, 0.7, False),
+            ("above 0.7", math.inf, 1.0, True)]
+
+
 def temperature_bucket(t: float | None) -> str:
     if t is None:
-        return "unset (server default 1.0)"
-    if t == 0:
-        return "0 (greedy)"
-    if t <= 0.3:
-        return "(0, 0.3]"
-    if t <= 0.7:
-        return "(0.3, 0.7]"
-    return "above 0.7"
+        return UNSET_BUCKET[0]
+    return next(label for label, upper, _, _ in _BUCKETS if t <= upper)
+
+
+def bucket_temperature(label: str) -> float:
+    """A temperature that stands for a bucket, for a benchmark's production sampling setting."""
+    return next((rep for name, _, rep, _ in _BUCKETS if name == label), UNSET_BUCKET[1])
+
+
+def high_temperature_share(mix: dict[str, int]) -> float:
+    """Share of requests sampled above 0.7 or at the server default (1.0)."""
+    hot = {name for name, _, _, is_hot in _BUCKETS if is_hot} | {UNSET_BUCKET[0]}
+    total = sum(mix.values())
+    return sum(n for label, n in mix.items() if label in hot) / total if total else 0.0
 
 
 def _top_p_bucket(p: float | None) -> str:
