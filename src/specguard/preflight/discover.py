@@ -86,8 +86,6 @@ def shebang_interpreter(script: Path) -> Path | None:
     return interpreter if interpreter is not None and _is_interpreter(interpreter) else None
 
 
-
-
 def _ask_executable(exe: Path, install: VllmInstall) -> VllmInstall:
     try:
         res = _run([str(exe), "--version"], timeout=180, env=install.env)
@@ -123,11 +121,10 @@ def locate(python: Path | None = None, vllm: Path | None = None) -> VllmInstall:
         return _ask_executable(Path(on_path), VllmInstall(found_by="vllm on PATH", executable=Path(on_path)))
     runtime = load_manifest(default_runtime_dir())
     if runtime is not None:
-        install = VllmInstall(found_by="the embedded runtime", python=runtime.python, env=dict(runtime.env))
-        script = runtime.python.parent / "vllm"
-        if script.exists():
-            install = _ask_executable(script, install.model_copy(update={"executable": script}))
-        return install
+        # The runtime's manifest already records what its install had to work around (the broken console
+        # script among them): no need to start `vllm --version` again to find out.
+        return VllmInstall(found_by="the embedded runtime", python=runtime.python, env=dict(runtime.env),
+                           workarounds=list(runtime.workarounds))
     raise DiscoveryError("no vLLM found: pass --python or --vllm, put 'vllm' on PATH, or run "
                          "'specguard embedded install'; without one, --vllm-version applies specguard's rules only")
 
