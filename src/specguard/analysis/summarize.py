@@ -40,6 +40,7 @@ def summarize(
     samples: Sequence[MetricsSample],
     *,
     interrupted: bool = False,
+    incomplete: bool = False,
     loop_lags_s: Sequence[float] = (),
     limits: ClientLagLimits | None = None,
 ) -> Summary:
@@ -105,12 +106,21 @@ def summarize(
         )
     if interrupted:
         warnings.append("the run was interrupted: figures cover the requests finished before it stopped")
+    if incomplete:
+        warnings.append("incomplete run: no summary.json was written (the run was killed); recomputed from requests.jsonl")
+    kinds = error_kinds(records)
+    if records and errors == len(records):
+        warnings.append(f"every request failed: {format_error_kinds(kinds)}")
+    elif errors:
+        warnings.append(f"{errors} of {len(records)} requests failed: {format_error_kinds(kinds)}")
 
     return Summary(
         requests=len(records),
         errors=errors,
         error_rate=errors / len(records) if records else 0.0,
         interrupted=interrupted,
+        incomplete=incomplete,
+        error_kinds=kinds,
         duration_s=duration,
         request_rate=len(records) / duration if records else 0.0,
         output_tokens=out_tokens,
@@ -137,6 +147,18 @@ def summarize(
         warnings=warnings,
         definitions=DEFINITIONS,
     )
+
+
+def error_kinds(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failed requests per distinct error message, most frequent first."""
+    counts = Counter(r.error or "failed without a message" for r in records if not r.ok)
+    return dict(counts.most_common())
+
+
+def format_error_kinds(kinds: dict[str, int], most: int = 3) -> str:
+    shown = [f"{n} x {message}" for message, n in list(kinds.items())[:most]]
+    more = len(kinds) - most
+    return "; ".join(shown) + (f"; and {more} other distinct error(s)" if more > 0 else "")
 
 
 def _foreign_traffic(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
 from specguard.check.plan import CheckPlan
-from specguard.check.runner import ARMS, cell_key
 from specguard.check.verdict import CellComparison
+from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
 
@@ -27,7 +27,7 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
 
 
 def rep_dirs(out: Path, arm: str, key: str, repetitions: int) -> list[Path]:
-    dirs = [out / "runs" / arm / f"rep{r}" / key for r in range(1, repetitions + 1)]
+    dirs = [CheckDir(out).run_dir(arm, r, key) for r in range(1, repetitions + 1)]
     return [d for d in dirs if (d / "summary.json").exists()]
 
 

@@ -12,13 +12,15 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import load_shape_from_options
 from specguard.results.models import LoadShape
+from specguard.validation import HttpUrl, read_input_text
 from specguard.vllm.server_spec import ServerSpec
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class LaunchSpec(ServerSpec):
@@ -30,9 +32,9 @@ class LaunchSpec(ServerSpec):
 class EndpointSpec(_Strict):
     """A server that already runs."""
 
-    base_url: str
+    base_url: HttpUrl
     model: str
-    metrics_url: str | None = None
+    metrics_url: HttpUrl | None = None
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
 
 
@@ -139,15 +141,36 @@ class CheckPlan(_Strict):
         return self
 
 
-class PlanError(ValueError):
+class PlanError(InputFileError):
     """A plan that cannot be used; the message names the file, the key and what was expected."""
+
+
+def yaml_line(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int:
+    """The 1-based line of the deepest node of ``loc`` that the YAML has (the key's line for a mapping entry)."""
+    if node is None:
+        return 1
+    line = node.start_mark.line + 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if str(k.value) == str(part)), None)
+            if match is None:
+                return line
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
 
 
 def load_plan(path: Path) -> CheckPlan:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read: {exc}") from exc
+        text = read_input_text(path, "check plan")
+    except InputFileError as exc:
+        raise PlanError(str(exc)) from exc
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise PlanError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -155,11 +178,13 @@ def load_plan(path: Path) -> CheckPlan:
     try:
         plan = CheckPlan.model_validate(data)
     except ValidationError as exc:
+        root = yaml.compose(text)
         lines = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"{path}: key '{loc}': {msg}" if loc else f"{path}: {msg}")
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            where = f"{path}:{yaml_line(root, err['loc'])}"
+            lines.append(f"{where}: key '{loc}': {msg}" if loc else f"{where}: {msg}")
         raise PlanError("\n".join(lines)) from exc
     # Prompt files are relative to the plan.
     for p in plan.prompts:

@@ -8,33 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from specguard import __version__
 from specguard.analysis.request_metrics import DEFINITIONS
 from specguard.check.aggregate import cell_comparisons
-from specguard.check.plan import CheckPlan
-from specguard.check.runner import ArmInventory, CheckRun
-from specguard.check.verdict import CellComparison, Failure, Verdict, decide
+from specguard.check.record import ArmInventory, CheckRecord, CheckState
+from specguard.check.verdict import CellComparison, Verdict, decide
+from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
 from specguard.inventory.model import InventoryDiff
+from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
+from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RunInfo
+from specguard.results.store import SUMMARY_FILE, load_or_recompute_summary, read_json
 
-CHECK_SCHEMA = "specguard.check/1"
 VERDICT_SCHEMA = "specguard.verdict/1"
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}
-
-
-class CheckRecord(BaseModel):
-    """check.json: everything needed to rebuild the verdict and the report from the stored runs."""
-
-    schema_version: str = CHECK_SCHEMA
-    tool_version: str = __version__
-    plan_path: str
-    plan: CheckPlan
-    inventory: dict[str, ArmInventory]
-    failures: list[Failure]
 
 
 class VerdictFile(Verdict):
@@ -48,14 +36,36 @@ class VerdictFile(Verdict):
     definitions: dict[str, str]
 
 
-def save_check(run: CheckRun, plan_path: Path) -> CheckRecord:
-    record = CheckRecord(plan_path=str(plan_path), plan=run.plan, inventory=run.inventory, failures=run.failures)
-    (run.out / "check.json").write_text(record.model_dump_json(indent=2))
-    return record
-
-
 def load_check(out: Path) -> CheckRecord:
-    return CheckRecord.model_validate_json((out / "check.json").read_text())
+    """check.json of a check directory, or a one-line reason why ``out`` is not one."""
+    d = CheckDir(out)
+    if not out.exists():
+        raise InputFileError(f"{out}: check directory not found")
+    if not out.is_dir():
+        raise InputFileError(f"{out}: not a directory; expected one written by 'specguard check'")
+    if not d.check_json.exists():
+        raise InputFileError(f"{out}: no check.json (not a check directory)")
+    return read_json(d.check_json, CheckRecord)
+
+
+def missing_runs(record: CheckRecord, out: Path) -> list[str]:
+    """What an incomplete check lacks: blocks not done (per its state) and runs without a summary."""
+    d = CheckDir(out)
+    missing: list[str] = []
+    if d.state_json.exists():
+        missing += [f"block {b}" for b in read_json(d.state_json, CheckState).missing]
+    plan = record.plan
+    for rep in range(1, plan.repetitions + 1):
+        for arm in ARMS:
+            if f"block {arm} rep{rep}" in missing:
+                continue
+            for t in plan.traffic:
+                for smp in plan.sampling:
+                    for i in range(len(plan.prompts)):
+                        key = cell_key(t.name, smp.name, i)
+                        if not (d.run_dir(arm, rep, key) / SUMMARY_FILE).exists():
+                            missing.append(f"run {arm}/rep{rep}/{key}")
+    return missing
 
 
 def commands(record: CheckRecord, out: Path) -> list[str]:
@@ -73,9 +83,9 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     """The inventory as the servers reported it: version from /version, cache layout from cache_config_info."""
     inventory = {}
     for arm, inv in record.inventory.items():
-        runs = sorted((out / "runs" / arm).glob("rep*/*/run.json"))
+        runs = [p / "run.json" for p in CheckDir(out).arm_runs(arm)]
         if runs:
-            info = RunInfo.model_validate_json(runs[0].read_text())
+            info = read_json(runs[0], RunInfo)
             cache = info.cache_config or {}
             update: dict[str, object] = {
                 "vllm_version": info.server_version,
@@ -111,13 +121,46 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     )
 
 
-def write_outputs(record: CheckRecord, out: Path) -> VerdictFile:
+def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:
+    existing = [p.name for p in paths if p.exists()]
+    if existing and not force:
+        raise OutputExistsError(f"{paths[0].parent}: {', '.join(existing)} already exist; pass --force to rebuild them")
+
+
+def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> VerdictFile:
+    """verdict.json, report.md and report.html of a complete check; existing ones are replaced only with ``force``."""
     from specguard.report.html import render_html
     from specguard.report.markdown import render_markdown
 
+    d = CheckDir(out)
+    missing = missing_runs(record, out)
+    if missing:
+        raise UsageError(f"{out}: the check is incomplete ({len(missing)} missing: {', '.join(missing[:4])}"
+                         f"{', ...' if len(missing) > 4 else ''}); continue it with 'specguard check "
+                         f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'")
+    _refuse_existing(d.outputs, force)
     v = build_verdict(record, out)
-    (out / "verdict.json").write_text(v.model_dump_json(indent=2))
-    (out / "report.md").write_text(render_markdown(v))
-    (out / "report.html").write_text(render_html(v, record, out))
+    d.verdict_json.write_text(v.model_dump_json(indent=2))
+    d.report_md.write_text(render_markdown(v))
+    d.report_html.write_text(render_html(v, record, out))
     return v
 
+
+def partial_report(record: CheckRecord, out: Path) -> PartialReport:
+    runs = []
+    for arm in ARMS:
+        for run_dir in CheckDir(out).arm_runs(arm):
+            summary = load_or_recompute_summary(run_dir)
+            runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
+    return PartialReport(plan=record.plan.name, plan_path=record.plan_path, out=str(out),
+                         missing=missing_runs(record, out), runs=runs, definitions=dict(DEFINITIONS))
+
+
+def write_partial(record: CheckRecord, out: Path, force: bool = False) -> Path:
+    """report-partial.md and report-partial.html: what an interrupted check has, labelled, with no verdict."""
+    d = CheckDir(out)
+    _refuse_existing((d.partial_md, d.partial_html), force)
+    data = partial_report(record, out)
+    d.partial_md.write_text(render_partial_markdown(data))
+    d.partial_html.write_text(render_partial_html(data))
+    return d.partial_html

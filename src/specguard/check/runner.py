@@ -4,65 +4,82 @@ Launched arms cannot share one GPU, so they run one at a time on the same
 port, the server restarted for every block: ``interleaved`` runs baseline
 and candidate blocks alternately for each repetition (ABAB...), ``blocked``
 runs all baseline repetitions first. Within a block every traffic level x
-sampling setting x prompt source is one ``bench`` run, stored as
-``runs/ARM/repN/TRAFFIC__SAMPLING__pI/``.
+sampling setting x prompt source is one ``bench`` run (``CheckDir`` owns
+where it is stored).
+
+Everything a plan names (prompt files, synthetic sets, API-key variables,
+the output directory) is resolved before the first block, so a check never
+measures a baseline and then fails on the candidate. The state is written
+after every block; an interrupt stops the check at once (``Interrupted``, no
+verdict), and ``resume=True`` runs only the blocks not yet done, setting
+aside the interrupted block's partial runs, and refuses a changed plan.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from specguard.check.plan import Arm, CheckPlan
+from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.check.verdict import Failure
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import VllmRuntime, ensure_runtime
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
+from specguard.errors import Interrupted, OptionError, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
-from specguard.inventory.model import Inventory
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
-from specguard.results.store import REQUESTS_FILE, read_jsonl
+from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server, server_root
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import ServerSpec, redact_argv
 
-ARMS = ("baseline", "candidate")
+__all__ = ["ARMS", "ArmInventory", "CheckRuntimeError", "blocks", "cell_key", "resolve_plan", "run_check",
+           "server_spec_for", "uses_embedded"]
+
 OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUDA error: out of memory", "Cannot allocate memory")
 
 
-class CheckRuntimeError(RuntimeError):
+class CheckRuntimeError(RuntimeFailure):
     """The check could not be carried out (a server that would not start, an endpoint that vanished)."""
 
 
-class ArmInventory(BaseModel):
-    arm: str
-    kind: str
-    model: str
-    vllm_version: str | None = None
-    speculative_config: dict[str, object] | None = None
-    max_model_len: int | None = None
-    hardware: dict[str, str] = {}
-    command: list[str] | None = None
-    pinned: Inventory | None = Field(default=None, description="the Gate 3 inventory, recorded when the arm first ran")
-
-
 @dataclass
-class CheckRun:
+class ResolvedPlan:
+    """A plan with everything it names resolved: prompt sets loaded, API keys read."""
+
     plan: CheckPlan
-    out: Path
-    failures: list[Failure] = field(default_factory=list)
-    inventory: dict[str, ArmInventory] = field(default_factory=dict)
+    prompt_sets: list[PromptSet]
+    api_keys: dict[str, str | None]
+
+    @property
+    def sha256(self) -> str:
+        """The plan as validated, with its prompts' content: a resumed check must measure the same thing."""
+        h = hashlib.sha256(self.plan.model_dump_json().encode())
+        for ps in self.prompt_sets:
+            h.update(f"{ps.source}\0{ps.sha256}\0{ps.generator}\0".encode())
+        return h.hexdigest()
 
 
-def cell_key(traffic: str, sampling: str, source_index: int) -> str:
-    return f"{traffic}__{sampling}__p{source_index}"
+def resolve_plan(plan: CheckPlan) -> ResolvedPlan:
+    """Load every prompt source and read every API-key variable; raise before anything is measured or written."""
+    prompt_sets = [load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count) for p in plan.prompts]
+    keys: dict[str, str | None] = {}
+    for name in ARMS:
+        ep = getattr(plan.arms, name).endpoint
+        keys[name] = None
+        if ep is not None and ep.api_key_env:
+            keys[name] = os.environ.get(ep.api_key_env)
+            if keys[name] is None:
+                raise OptionError(f"arms.{name}.endpoint.api_key_env: the environment variable {ep.api_key_env} is not set")
+    return ResolvedPlan(plan=plan, prompt_sets=prompt_sets, api_keys=keys)
 
 
 def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
@@ -70,6 +87,10 @@ def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
     if plan.order == "interleaved":
         return [(r, arm) for r in reps for arm in ARMS]
     return [(r, arm) for arm in ARMS for r in reps]
+
+
+def block_name(rep: int, arm: str) -> str:
+    return f"{arm} rep{rep}"
 
 
 def server_spec_for(arm: Arm, models: ModelSet | None, port: int) -> ServerSpec:
@@ -93,64 +114,113 @@ def uses_embedded(plan: CheckPlan) -> bool:
     return any("embedded:" in launch.model_dump_json() for launch in launches)
 
 
-def run_check(plan: CheckPlan, out: Path, log: Callable[[str], None] = print) -> CheckRun:
-    out.mkdir(parents=True, exist_ok=True)
-    result = CheckRun(plan=plan, out=out)
+def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState:
+    """A new check's state in a new directory, or, with ``resume``, the state of the same plan's interrupted check."""
+    if not resume:
+        if d.root.exists() and (not d.root.is_dir() or any(d.root.iterdir())):
+            raise OutputExistsError(f"--out {d.root}: already exists and is not empty; choose a new directory, or pass "
+                                    "--resume to continue the check stored there")
+        return CheckState(plan_sha256=resolved.sha256, blocks=[block_name(r, a) for r, a in blocks(resolved.plan)])
+    if not d.state_json.exists():
+        raise UsageError(f"--resume: {d.root} holds no check state ({d.state_json.name}); nothing to resume")
+    state = read_json(d.state_json, CheckState)
+    if state.plan_sha256 != resolved.sha256:
+        raise UsageError(f"--resume: the plan (or its prompts) changed since the check in {d.root} started; "
+                         "run it in a new --out directory")
+    return state
+
+
+def run_check(plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False,
+              log: Callable[[str], None] = print) -> CheckRecord:
+    """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from."""
+    resolved = resolve_plan(plan)
+    d = CheckDir(out)
+    state = _open_state(d, resolved, resume)
+    d.root.mkdir(parents=True, exist_ok=True)
+    record = CheckRecord(plan_path=str(plan_path), plan=plan, plan_sha256=state.plan_sha256,
+                         inventory=state.inventory, failures=state.failures)
+    write_json_atomic(d.check_json, record)
+    write_json_atomic(d.state_json, state)
+    todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm) not in state.done]
+    if resume:
+        log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(todo)} to run")
     arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
     runtime: VllmRuntime | None = None
     models: ModelSet | None = None
-    if any(a.launch is not None for a in arms.values()):
+    if todo and any(arms[a].launch is not None for _, a in todo):
         runtime = ensure_runtime(log=log)
         if uses_embedded(plan):
             models = ensure_models(runtime)
     port = free_port()
-    prompt_sets = [load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count) for p in plan.prompts]
-    for rep, arm_name in blocks(plan):
-        arm = arms[arm_name]
+    for rep, arm_name in todo:
+        _set_aside_partial_runs(d, arm_name, rep, log)
         log(f"block: repetition {rep}, {arm_name}")
+        arm = arms[arm_name]
         if arm.launch is not None:
             assert runtime is not None
-            spec = server_spec_for(arm, models, arm.launch.port or port)
-            server = ManagedServer(spec, runtime.serve_argv, out / "logs" / f"{arm_name}-rep{rep}.log",
-                                   runtime_env=runtime.env, startup_timeout_s=arm.launch.startup_timeout_s)
-            try:
-                server.start()
-                server.wait_ready()
-            except ServerStartError as exc:
-                raise CheckRuntimeError(f"the {arm_name} server would not start:\n{exc}") from exc
-            if arm_name not in result.inventory:
-                pinned = from_spec(spec, inspect_server(server.base_url), f"launched arm '{arm_name}'")
-                result.inventory[arm_name] = ArmInventory(
-                    arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
-                    max_model_len=spec.max_model_len, command=redact_argv(server.argv), pinned=pinned)
-            try:
-                _run_block(plan, result, arm_name, rep, server.base_url, spec.name, server.metrics_url, None,
-                           prompt_sets, server)
-            finally:
-                server.stop()
+            _run_launched_block(resolved, d, state, arm, arm_name, rep, runtime, models, arm.launch.port or port)
         else:
-            ep = arm.endpoint
-            assert ep is not None
-            api_key = os.environ.get(ep.api_key_env) if ep.api_key_env else None
-            if ep.api_key_env and api_key is None:
-                raise CheckRuntimeError(f"{arm_name}: environment variable {ep.api_key_env} is not set")
-            if arm_name not in result.inventory:
-                pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
-                result.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
-            metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
-            _run_block(plan, result, arm_name, rep, ep.base_url, ep.model, metrics, api_key, prompt_sets, None)
-    return result
+            _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
+        state.done.append(block_name(rep, arm_name))
+        write_json_atomic(d.state_json, state)
+        record = record.model_copy(update={"inventory": state.inventory, "failures": state.failures})
+        write_json_atomic(d.check_json, record)
+    return record
+
+
+def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None]) -> None:
+    """An interrupted block's runs are kept, out of the way: never reused, never overwritten."""
+    block = d.block_dir(arm, rep)
+    if block.exists() and any(block.iterdir()):
+        target = d.interrupted_block_dir(arm, rep)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        block.rename(target)
+        log(f"the interrupted {block_name(rep, arm)} block's partial runs are kept in {target}; running it again")
+
+
+def _run_launched_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int,
+                        runtime: VllmRuntime, models: ModelSet | None, port: int) -> None:
+    assert arm.launch is not None
+    spec = server_spec_for(arm, models, port)
+    server = ManagedServer(spec, runtime.serve_argv, d.server_log(arm_name, rep),
+                           runtime_env=runtime.env, startup_timeout_s=arm.launch.startup_timeout_s)
+    try:
+        try:
+            server.start()
+            server.wait_ready()
+        except ServerStartError as exc:
+            raise CheckRuntimeError(f"the {arm_name} server would not start:\n{exc}") from exc
+        if arm_name not in state.inventory:
+            pinned = from_spec(spec, inspect_server(server.base_url), f"launched arm '{arm_name}'")
+            state.inventory[arm_name] = ArmInventory(
+                arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
+                max_model_len=spec.max_model_len, command=redact_argv(server.argv), pinned=pinned)
+        _run_block(resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server)
+    finally:
+        server.stop()
+
+
+def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str,
+                        rep: int) -> None:
+    ep = arm.endpoint
+    assert ep is not None
+    api_key = resolved.api_keys[arm_name]
+    if arm_name not in state.inventory:
+        pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
+        state.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
+    metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
+    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None)
 
 
 def _run_block(
-    plan: CheckPlan, result: CheckRun, arm: str, rep: int, base_url: str, model: str, metrics_url: str,
-    api_key: str | None, prompt_sets: list[PromptSet], server: ManagedServer | None,
+    resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: str, rep: int, base_url: str, model: str,
+    metrics_url: str, api_key: str | None, server: ManagedServer | None,
 ) -> None:
+    plan = resolved.plan
     for traffic in plan.traffic:
         for sampling in plan.sampling:
-            for i, prompts in enumerate(prompt_sets):
-                key = cell_key(traffic.name, sampling.name, i)
-                run_dir = result.out / "runs" / arm / f"rep{rep}" / key
+            for i, prompts in enumerate(resolved.prompt_sets):
+                run_dir = d.run_dir(arm, rep, cell_key(traffic.name, sampling.name, i))
                 cfg = BenchConfig(
                     base_url=base_url, model=model, api=plan.api, prompts=prompts,
                     load=traffic.load_shape(plan.warmup, plan.seed + rep),
@@ -159,21 +229,24 @@ def _run_block(
                     metrics_url=metrics_url, out_dir=run_dir, api_key=api_key, default_max_tokens=plan.max_tokens,
                 )
                 summary = run_async(run_bench(cfg))
+                if summary.interrupted:
+                    raise Interrupted(f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
+                                      f"specguard check PLAN --out {d.root} --resume")
                 oom = [r.error for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
                        if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)]
                 if oom:
-                    result.failures.append(Failure(arm=arm, kind="oom", detail=f"{len(oom)} requests: {oom[0][:200]}"))
+                    state.failures.append(Failure(arm=arm, kind="oom", detail=f"{len(oom)} requests: {oom[0][:200]}"))
                 if summary.requests and summary.errors == summary.requests and server is None:
                     raise CheckRuntimeError(f"{arm}: every request to {base_url} failed; the endpoint is gone?")
                 if server is not None and not server.running():
-                    _record_failure(result, arm, server)
+                    _record_failure(state, arm, server)
                     return
 
 
-def _record_failure(result: CheckRun, arm: str, server: ManagedServer) -> None:
+def _record_failure(state: CheckState, arm: str, server: ManagedServer) -> None:
     tail = log_tail(server.log_path, 60)
     kind: Literal["oom", "crash"] = "oom" if any(m in tail for m in OOM_MARKERS) else "crash"
     if arm == "baseline":
         raise CheckRuntimeError(f"the baseline server died during the measurements:\n{tail}")
     code = server.proc.returncode if server.proc is not None else None
-    result.failures.append(Failure(arm=arm, kind=kind, detail=f"exit code {code}; log {server.log_path}"))
+    state.failures.append(Failure(arm=arm, kind=kind, detail=f"exit code {code}; log {server.log_path}"))

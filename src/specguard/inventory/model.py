@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+
+from specguard.errors import InputFileError
+from specguard.validation import describe, read_input_text
 
 INVENTORY_SCHEMA: Literal["specguard.inventory/1"] = "specguard.inventory/1"
 
@@ -58,3 +62,12 @@ class InventoryDiff(BaseModel):
     differences: list[Difference]
     changed_variables: list[str]
     warnings: list[str]
+
+
+def load_inventory(path: Path) -> Inventory:
+    """An inventory.json, or an ``InputFileError`` saying why it is not one."""
+    text = read_input_text(path, "inventory")
+    try:
+        return Inventory.model_validate_json(text)
+    except ValidationError as exc:
+        raise InputFileError(f"{path}: not a specguard inventory: {'; '.join(describe(exc)[:3])}") from exc

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from pydantic import ValidationError
 
+from specguard.errors import OptionError
 from specguard.results.models import LoadShape
+from specguard.validation import describe
 
 OPEN_LOOP = ("constant", "poisson", "gamma", "burst")
 
@@ -82,29 +85,36 @@ def load_shape_from_options(
 ) -> LoadShape:
     """The load shape a bench command line asks for: exactly one of rate, concurrency or burst (none: idle).
 
-    Raises ValueError naming the flags when they do not make one shape.
+    Raises OptionError naming the flags when they do not make one shape or a value is out of bounds.
     """
     given = [name for name, v in (("--rate", rate), ("--concurrency", concurrency), ("--burst", burst)) if v is not None]
     if len(given) > 1:
-        raise ValueError(f"give only one of --rate, --concurrency, --burst (got {', '.join(given)})")
+        raise OptionError(f"give only one of --rate, --concurrency, --burst (got {', '.join(given)})")
     if rate is not None:
         if arrival not in ("poisson", "constant", "gamma"):
-            raise ValueError(f"--arrival must be poisson, constant or gamma (got {arrival})")
+            raise OptionError(f"--arrival must be poisson, constant or gamma (got {arrival})")
         kind = arrival
     else:
         kind = "concurrency" if concurrency is not None else "burst" if burst is not None else "idle"
     if kind == "burst" and num_requests is None:
         num_requests = burst
     if num_requests is None and duration_s is None:
-        raise ValueError("give --num-requests and/or --duration")
-    return LoadShape(
-        kind=kind,  # type: ignore[arg-type]
-        rate=rate,
-        burstiness=burstiness if kind == "gamma" else None,
-        concurrency=concurrency,
-        burst=burst,
-        num_requests=num_requests,
-        duration_s=duration_s,
-        warmup_requests=warmup_requests,
-        seed=seed,
-    )
+        raise OptionError("give --num-requests and/or --duration")
+    try:
+        return LoadShape(
+            kind=kind,  # type: ignore[arg-type]
+            rate=rate,
+            burstiness=burstiness if kind == "gamma" else None,
+            concurrency=concurrency,
+            burst=burst,
+            num_requests=num_requests,
+            duration_s=duration_s,
+            warmup_requests=warmup_requests,
+            seed=seed,
+        )
+    except ValidationError as exc:
+        raise OptionError("; ".join(describe(exc, LOAD_OPTIONS))) from exc
+
+
+LOAD_OPTIONS = {"rate": "--rate", "burstiness": "--burstiness", "concurrency": "--concurrency", "burst": "--burst",
+                "num_requests": "--num-requests", "duration_s": "--duration", "warmup_requests": "--warmup", "seed": "--seed"}

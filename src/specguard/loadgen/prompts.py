@@ -6,12 +6,16 @@ first bad line stops the run with file:line and the reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specguard.errors import InputFileError
+from specguard.validation import read_input_text
 
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
@@ -56,17 +60,19 @@ class PromptSet(BaseModel):
     source: str
     items: list[PromptItem]
     lines: list[int] = Field(description="0-based file line (or synthetic item number) of each item")
+    sha256: str | None = Field(default=None, description="SHA-256 of the prompt file's bytes")
+    generator: dict[str, str | int] | None = Field(default=None, description="a synthetic set's generator parameters")
 
 
-class PromptFileError(ValueError):
+class PromptFileError(InputFileError):
     """A prompt file that cannot be used; the message names file, line and reason."""
 
 
 def load_prompt_file(path: Path) -> PromptSet:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptFileError(f"{path}: cannot read prompt file: {exc}") from exc
+        text = read_input_text(path, "prompt file")
+    except InputFileError as exc:
+        raise PromptFileError(str(exc)) from exc
     items: list[PromptItem] = []
     lines: list[int] = []
     for lineno, raw in enumerate(text.splitlines()):
@@ -86,7 +92,8 @@ def load_prompt_file(path: Path) -> PromptSet:
         lines.append(lineno)
     if not items:
         raise PromptFileError(f"{path}: no prompts (the file is empty)")
-    return PromptSet(source=str(path), items=items, lines=lines)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return PromptSet(source=str(path), items=items, lines=lines, sha256=digest)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -110,11 +117,12 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     """
     if name not in SYNTHETIC_SETS:
         raise PromptFileError(f"unknown synthetic prompt set '{name}' (expected one of {', '.join(SYNTHETIC_SETS)})")
+    generator: dict[str, str | int] = {"set": name, "count": count, "seed": seed, "max_tokens": max_tokens}
     if name == "mixed":
         rep = synthetic_prompts("repetitive", count=(count + 1) // 2, seed=seed, max_tokens=max_tokens).items
         chat = synthetic_prompts("open-ended", count=count // 2, seed=seed, max_tokens=max_tokens).items
         mixed = [item for pair in zip(rep, chat) for item in pair] + rep[len(chat):]
-        return PromptSet(source=f"synthetic:{name}", items=mixed, lines=list(range(len(mixed))))
+        return PromptSet(source=f"synthetic:{name}", items=mixed, lines=list(range(len(mixed))), generator=generator)
     rng = random.Random(f"{name}:{seed}")
     vocab = (
         "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho "
@@ -137,7 +145,7 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
             text = f"Question {i}: tell me something about {rng.choice(vocab)} and {rng.choice(vocab)}."
             seg = "chat"
         items.append(PromptItem(prompt=text, segment=seg, max_tokens=max_tokens))
-    return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)))
+    return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)), generator=generator)
 
 
 def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64, count: int = 64) -> PromptSet:

@@ -4,9 +4,13 @@ The event loop that times the streams only pickles each finished stream's
 raw bytes and arrival times into a pipe. Parsing a response costs about 5 µs
 per chunk (1.5 ms for a 300-token answer), and on the loop that would delay
 every other stream's timestamps; the child does it, writes the record, and
-reports a one-line progress note back. The child ignores SIGINT
-(the terminal sends it to the whole process group) and drains its pipe to
-the end, so Ctrl-C or even SIGKILL of the parent loses no finished request.
+reports a one-line progress note back. The child ignores SIGINT, SIGTERM
+and SIGHUP (a terminal, ``systemctl stop`` and ``docker stop`` signal the
+whole group) and drains its pipe to the end, so an interrupt or even SIGKILL
+of the parent loses no finished request: the pipe closes when the parent
+dies, and the child exits after writing what it holds. If it cannot write
+(disk full, read-only or vanished directory), it says so once on its
+progress pipe, ``{"error": "..."}``, and exits 3; the parent stops the run.
 
 Frame on the pipe: 4-byte big-endian length, then a pickle of either
 ``(seq, reads)`` (reads of a stream still running) or a FinishedStream (the
@@ -20,7 +24,6 @@ import asyncio
 import json
 import os
 import pickle
-import signal
 import struct
 import subprocess
 import sys
@@ -30,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from specguard.errors import HelperProcessError, OutputWriteError
+from specguard.lifetime import ignore_interrupts
 from specguard.loadgen.client import StreamResult
 from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts
 from specguard.results.models import RequestRecord
@@ -92,11 +97,16 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
 class Recorder:
     """The parent's side: a write pipe to the record worker and a read pipe for its progress notes."""
 
-    def __init__(self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[Progress], None]) -> None:
+    def __init__(
+        self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[Progress], None],
+        on_failure: Callable[[], object] | None = None,
+    ) -> None:
         self.argv = [sys.executable, "-m", "specguard.loadgen.recorder", "--out", str(out), "--api", api]
         if tokenizer_dir is not None:
             self.argv += ["--tokenizer", str(tokenizer_dir)]
         self.on_progress = on_progress
+        self.on_failure = on_failure
+        self.failure: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.WriteTransport | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -109,13 +119,21 @@ class Recorder:
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self.proc.stdout)
         # Its imports take a second of CPU: wait for them before any request is timed.
-        if (await reader.readline()).strip() != b"ready":
-            raise RuntimeError("the record writer process did not start")
+        first = (await reader.readline()).strip()
+        if first != b"ready":
+            self.failure = _failure_text(first) or "the record writer process did not start"
+            raise OutputWriteError(f"{self.argv[self.argv.index('--out') + 1]}: {self.failure}")
         self._reader_task = asyncio.create_task(self._read_progress(reader))
 
     async def _read_progress(self, reader: asyncio.StreamReader) -> None:
         while line := await reader.readline():
-            seq, ok, tokens = json.loads(line)
+            note = json.loads(line)
+            if isinstance(note, dict):
+                self.failure = str(note.get("error"))
+                if self.on_failure is not None:
+                    self.on_failure()
+                continue
+            seq, ok, tokens = note
             self.on_progress(Progress(seq=seq, ok=ok, output_tokens=tokens))
 
     def _send(self, frame: object) -> None:
@@ -140,8 +158,16 @@ class Recorder:
         await asyncio.to_thread(proc.wait)
         if self._reader_task is not None:
             await self._reader_task
-        if proc.returncode != 0:
-            raise RuntimeError(f"the record writer exited with code {proc.returncode}")
+        if proc.returncode != 0 and self.failure is None:
+            raise HelperProcessError(f"the record writer exited with code {proc.returncode}")
+
+
+def _failure_text(line: bytes) -> str | None:
+    try:
+        note = json.loads(line)
+    except ValueError:
+        return None
+    return str(note.get("error")) if isinstance(note, dict) else None
 
 
 def _read_frames(stream: BinaryIO) -> Any:
@@ -162,7 +188,7 @@ def _main() -> None:
     p.add_argument("--api", required=True)
     p.add_argument("--tokenizer", type=Path)
     a = p.parse_args()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()
     tokenizer = None
     # Yield the CPU to the load generator, whose timestamps are the measurement.
     os.nice(10)
@@ -170,7 +196,11 @@ def _main() -> None:
         from specguard.loadgen.tokenizer import local_token_counter
 
         tokenizer = local_token_counter(a.tokenizer)
-    out = JsonlAppender(a.out)
+    try:
+        out = JsonlAppender(a.out)
+    except OSError as exc:
+        _say_failure(exc)
+        return
     print("ready", flush=True)
     last_sync = time.monotonic()
     running: dict[int, SSEParser] = {}
@@ -183,19 +213,33 @@ def _main() -> None:
         parser = running.pop(finished.seq, None) or SSEParser(a.api)
         parser.feed(finished.result.pieces)
         record = to_record(finished, parser.result(), tokenizer)
-        # Flushed at once (survives the process); fsynced in groups (survives the machine within 0.2 s).
-        out.append(record, sync=False)
-        if time.monotonic() - last_sync > SYNC_EVERY_S:
-            out.sync()
-            last_sync = time.monotonic()
         try:
-            sys.stdout.write(json.dumps([record.seq, record.ok, record.output_tokens or 0]) + "\n")
-            sys.stdout.flush()
-        except BrokenPipeError:
-            pass  # the parent is gone; keep writing records
+            # Flushed at once (survives the process); fsynced in groups (survives the machine within 0.2 s).
+            out.append(record, sync=False)
+            if time.monotonic() - last_sync > SYNC_EVERY_S:
+                out.sync()
+                last_sync = time.monotonic()
+        except OSError as exc:
+            _say_failure(exc)
+            return
+        _say(json.dumps([record.seq, record.ok, record.output_tokens or 0]))
     out.sync()
     out.close()
     sys.stdout.flush()
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass  # the parent is gone; keep writing records
+
+
+def _say_failure(exc: OSError) -> None:
+    """One line to the parent, then exit 3 without a traceback: the parent reports it once."""
+    _say(json.dumps({"error": f"cannot write request records: {exc.strerror or exc}"}))
+    os._exit(3)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,16 @@ import time
 import uuid
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 import uvloop
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from specguard import __version__
 from specguard.analysis.summarize import ClientLagLimits, summarize
+from specguard.errors import OptionError, OutputWriteError
+from specguard.lifetime import terminations_cancel
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.prompts import PromptSet
@@ -31,25 +33,32 @@ from specguard.results.models import LoadShape, MetricsSample, RequestRecord, Ru
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import server_root
+from specguard.validation import HttpUrl
 
 T = TypeVar("T")
 
 
-class BenchConfig(BaseModel):
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+# Below this a scrape of vLLM's /metrics (about 30 ms of parsing for a few hundred series) is most of an interval.
+MIN_SCRAPE_INTERVAL_S = 0.1
 
-    base_url: str
-    model: str
-    api: str = "completions"
+
+class BenchConfig(BaseModel):
+    """One bench run; the bounds are those of the command line (``specguard bench``) and of a check plan."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, allow_inf_nan=False)
+
+    base_url: HttpUrl
+    model: str = Field(min_length=1)
+    api: Literal["completions", "chat"] = "completions"
     prompts: PromptSet
     load: LoadShape
     sampling: SamplingOverrides = SamplingOverrides()
-    metrics_url: str | None = None
+    metrics_url: HttpUrl | None = None
     out_dir: Path
     api_key: str | None = None
-    request_timeout_s: float = 600.0
-    default_max_tokens: int = 64
-    scrape_interval_s: float = 1.0
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    default_max_tokens: int = Field(default=64, ge=1)
+    scrape_interval_s: float = Field(default=1.0, ge=MIN_SCRAPE_INTERVAL_S)
     lag_limits: ClientLagLimits = ClientLagLimits()
     busy_poll: bool = False
 
@@ -188,20 +197,58 @@ async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def _probe(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> str | None:
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
     try:
         async with asyncio.timeout(5):
-            async with session.get(f"{root}/version", headers=headers) as resp:
+            async with session.get(url, headers=headers) as resp:
                 if resp.status == 200:
-                    return str((await resp.json()).get("version"))
+                    return await resp.json(content_type=None)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
         return None
     return None
 
 
+async def _probe(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> tuple[str | None, list[str] | None]:
+    """The server's version and served model names, where it says them (None where it does not)."""
+    version = await _get_json(session, f"{root}/version", headers)
+    models = await _get_json(session, f"{root}/v1/models", headers)
+    served = None
+    if isinstance(models, dict) and isinstance(models.get("data"), list):
+        served = [str(m.get("id")) for m in models["data"] if isinstance(m, dict)]
+    return (str(version.get("version")) if isinstance(version, dict) else None), served
+
+
+def check_model_served(model: str, served: list[str] | None, root: str) -> None:
+    """A wrong --model gets a 404 for every request; say so before sending any, with the names the server serves."""
+    if served is not None and model not in served:
+        names = ", ".join(served) or "none"
+        raise OptionError(f"--model {model}: the server at {root} does not serve that model; it serves: {names}")
+
+
+def sent_sampling(cfg: BenchConfig) -> dict[str, list[float | int | bool | None]]:
+    """The sampling values that go on the wire, per key, over every prompt the run may send."""
+    seen: dict[str, set[float | int | bool | None]] = {k: set() for k in ("temperature", "top_p", "max_tokens", "ignore_eos")}
+    for item in cfg.prompts.items:
+        body = build_payload(cfg.api, cfg.model, item, cfg.sampling, cfg.default_max_tokens)
+        for key, values in seen.items():
+            values.add(body.get(key))
+    return {k: sorted(v, key=lambda x: (x is None, x)) for k, v in seen.items()}  # type: ignore[arg-type, return-value]
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on uvloop: its wake-ups and socket reads are several times cheaper than asyncio's own loop."""
-    return uvloop.run(coro)
+    """Run ``coro`` on uvloop: its wake-ups and socket reads are several times cheaper than asyncio's own loop.
+
+    Ctrl-C cancels the main task (asyncio's runner does that); SIGTERM and
+    SIGHUP are made to do the same, so a run always finishes its files.
+    """
+
+    async def main() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        with terminations_cancel(task.cancel):
+            return await coro
+
+    return uvloop.run(main())
 
 
 async def run_bench(
@@ -209,79 +256,118 @@ async def run_bench(
     progress: ProgressSink | None = None,
     tokenizer_dir: Path | None = None,
 ) -> Summary:
-    """Run one benchmark into ``cfg.out_dir`` and return its summary (also written as summary.json)."""
+    """Run one benchmark into ``cfg.out_dir`` and return its summary (also written as summary.json).
+
+    Before any file is written the server is asked for its version and models;
+    a model it does not serve is an ``OptionError``. An interruption returns an
+    interrupted summary; a recorder that cannot write raises ``OutputWriteError``
+    after keeping every record already on disk.
+    """
     progress = progress or ProgressSink()
-    writer = RunWriter(cfg.out_dir)
-    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished)
-    run = _Run(cfg, recorder)
     root = server_root(cfg.base_url)
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        server_version, served = await _probe(session, root, headers)
+        check_model_served(cfg.model, served, root)
+        writer = RunWriter(cfg.out_dir)
+        try:
+            return await _measure(cfg, session, writer, server_version, progress, tokenizer_dir)
+        finally:
+            writer.close()
+
+
+async def _measure(
+    cfg: BenchConfig, session: aiohttp.ClientSession, writer: RunWriter, server_version: str | None,
+    progress: ProgressSink, tokenizer_dir: Path | None,
+) -> Summary:
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel)
+    run = _Run(cfg, recorder)
+    phase: Literal["warm-up", "measurement"] = "warm-up"
     interrupted = False
     info = RunInfo(
         tool_version=__version__,
         base_url=cfg.base_url,
-        api=cfg.api,  # type: ignore[arg-type]
+        api=cfg.api,
         model=cfg.model,
         metrics_url=cfg.metrics_url,
         prompt_source=cfg.prompts.source,
         prompt_count=len(cfg.prompts.items),
+        prompt_sha256=cfg.prompts.sha256,
+        prompt_generator=cfg.prompts.generator,
         load=cfg.load,
         sampling=cfg.sampling,
+        sent_sampling=sent_sampling(cfg),
+        server_version=server_version,
         started_unix=time.time(),
         started_monotonic=time.monotonic(),
     )
     scraper: ScraperProcess | None = None
     try:
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            info.server_version = await _probe(session, root, run.headers)
+        try:
             await recorder.start()
             if cfg.metrics_url:
                 scraper = ScraperProcess(cfg.metrics_url, cfg.scrape_interval_s, writer.metrics.path)
                 await asyncio.to_thread(scraper.launch)
             await run.warmup(session)
+            first = None
             if cfg.metrics_url:
                 first = await scrape_once(session, cfg.metrics_url, time.monotonic(), "before")
                 info.cache_config = first.cache_config
             run.t0 = time.monotonic()
             info.started_unix = time.time()
             info.started_monotonic = run.t0
-            if scraper is not None:
+            if scraper is not None and first is not None:
                 writer.metrics.append(first.model_copy(update={"t_s": 0.0}))
                 scraper.begin(run.t0)
             writer.write_run(info)
+            phase = "measurement"
             lag_task = asyncio.create_task(run.monitor_loop_lag())
             spin_task = asyncio.create_task(_busy_poll()) if cfg.busy_poll else None
             progress.started(cfg.load.num_requests, cfg.load.duration_s)
             try:
                 await run.dispatch(session)
-            except asyncio.CancelledError:
-                # Ctrl-C or SIGTERM: finish the bookkeeping below, then let the run end normally.
-                interrupted = True
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
             finally:
                 lag_task.cancel()
                 if spin_task is not None:
                     spin_task.cancel()
-            if scraper is not None:
-                scraper.stop()
-                scraper = None
+        except asyncio.CancelledError:
+            # Ctrl-C, SIGTERM, or a record writer that failed: finish the bookkeeping below, then end normally.
+            interrupted = recorder.failure is None
+            main_task.uncancel()
+        if scraper is not None and phase == "measurement" and recorder.failure is None:
+            scraper.stop()
+            scraper = None
+            try:
                 # vLLM updates its counters as it emits the last chunk; give it a moment.
                 await asyncio.sleep(0.3)
                 writer.metrics.append(await scrape_once(session, cfg.metrics_url, run.t0, "after"))  # type: ignore[arg-type]
+            except asyncio.CancelledError:  # a second signal: no "after" scrape, the run still closes its files
+                interrupted = True
+                main_task.uncancel()
     finally:
         if scraper is not None:
             scraper.stop()
         await recorder.close()
-        records = read_jsonl(writer.requests_path, RequestRecord)
-        info.finished_unix = time.time()
-        info.interrupted = interrupted
+    info.finished_unix = time.time()
+    info.interrupted = interrupted
+    info.interrupted_phase = phase if interrupted else None
+    records = read_jsonl(writer.requests_path, RequestRecord)
+    records.sort(key=lambda r: r.seq)
+    samples = read_jsonl(writer.metrics.path, MetricsSample)
+    summary = summarize(records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits)
+    if interrupted and phase == "warm-up":
+        summary.notes.insert(0, "interrupted during warm-up: no request was measured")
+    if recorder.failure is not None:
+        raise OutputWriteError(f"{writer.requests_path}: {recorder.failure}; the {len(records)} records written "
+                               "before it are kept")
+    try:
         writer.write_run(info)
-        samples = read_jsonl(writer.metrics.path, MetricsSample)
-        records.sort(key=lambda r: r.seq)
-        summary = summarize(records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits)
         writer.write_summary(summary)
-        writer.close()
+    except OSError as exc:
+        raise OutputWriteError(f"{cfg.out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
+                               f"{len(records)} request records are kept in {writer.requests_path}") from exc
     return summary

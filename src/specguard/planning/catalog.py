@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from specguard.errors import UsageError
 from specguard.memory.kv import AttentionShape, shape_from_hf_config
 
 GIB = 1024**3
@@ -25,6 +26,7 @@ class ModelEntry(BaseModel):
     family: str = Field(description="same-family drafts share a tokenizer")
     shape: AttentionShape
     hidden_size: int
+    num_attention_heads: int | None = Field(default=None, description="query heads; vLLM splits them across TP ranks")
     intermediate_size: int | None = None
     vocab_size: int
     max_position_embeddings: int
@@ -52,7 +54,8 @@ class GpuEntry(BaseModel):
 
 def _m(name: str, family: str, layers: int, hidden: int, heads: int, kv: int, head_dim: int, inter: int | None,
        vocab: int, max_pos: int, params_b: float, **extra: Any) -> ModelEntry:
-    return ModelEntry(name=name, family=family, hidden_size=hidden, intermediate_size=inter, vocab_size=vocab,
+    return ModelEntry(name=name, family=family, hidden_size=hidden, num_attention_heads=heads, intermediate_size=inter,
+                      vocab_size=vocab,
                       max_position_embeddings=max_pos, params=params_b * 1e9,
                       shape=AttentionShape(num_layers=layers, num_kv_heads=kv, head_dim=head_dim), **extra)
 
@@ -87,7 +90,7 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in [
        sliding_window_layers=12),
     _m("gpt-oss-120b", "gpt-oss", 36, 2880, 64, 8, 64, None, 201088, 131072, 116.8, native_dtype="mxfp4",
        sliding_window_layers=18),
-    ModelEntry(name="deepseek-v3", family="deepseek-v3", hidden_size=7168, vocab_size=129280,
+    ModelEntry(name="deepseek-v3", family="deepseek-v3", hidden_size=7168, num_attention_heads=128, vocab_size=129280,
                max_position_embeddings=163840, params=671e9, native_dtype="fp8", mtp_layers=1, mtp_params=14e9,
                shape=AttentionShape(num_layers=61, kv_lora_rank=512, qk_rope_head_dim=64)),
 ]}
@@ -102,7 +105,7 @@ GPUS: dict[str, GpuEntry] = {g.name: g for g in [
 ]}
 
 
-class CatalogError(ValueError):
+class CatalogError(UsageError):
     pass
 
 
@@ -127,6 +130,7 @@ def model_from_dir(path: Path) -> ModelEntry:
     inter = text.get("intermediate_size")
     entry = ModelEntry(
         name=str(path), family=str(text.get("model_type", "unknown")), shape=shape, hidden_size=hidden,
+        num_attention_heads=int(text["num_attention_heads"]) if text.get("num_attention_heads") else None,
         intermediate_size=int(inter) if inter else None, vocab_size=int(text.get("vocab_size") or 0),
         max_position_embeddings=int(text.get("max_position_embeddings") or 0), params=0.0,
         native_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), weight_bytes=weights,
@@ -156,3 +160,15 @@ def resolve_gpu(name: str | None, memory_gib: float | None) -> GpuEntry | None:
     if name.lower() in GPUS:
         return GPUS[name.lower()]
     raise CatalogError(f"unknown GPU '{name}': use --gpu-memory-gib for a custom size, or one of " + ", ".join(GPUS))
+
+
+def check_tensor_parallel(model: ModelEntry, tp: int, option: str) -> None:
+    """vLLM splits the query heads evenly across TP ranks, and the KV heads too (or replicates them when fewer)."""
+    heads = model.num_attention_heads
+    if heads and heads % tp:
+        raise CatalogError(f"{option} {tp}: {model.name} has {heads} attention heads, which vLLM needs divisible by "
+                           "the tensor-parallel size")
+    kv = model.shape.num_kv_heads
+    if kv and not model.shape.is_mla and (kv % tp if kv >= tp else tp % kv):
+        raise CatalogError(f"{option} {tp}: {model.name} has {kv} KV heads; vLLM needs them divisible by the "
+                           "tensor-parallel size, or the size divisible by them")

@@ -14,6 +14,7 @@ import math
 
 from pydantic import BaseModel, Field
 
+from specguard.errors import UsageError
 from specguard.memory.kv import DTYPE_BYTES, AttentionShape, kv_bytes_per_token
 from specguard.planning.catalog import GIB
 
@@ -23,7 +24,7 @@ WEIGHT_BITS = {"bfloat16": 16, "float16": 16, "half": 16, "float32": 32, "fp8": 
 DEFAULT_NON_KV_RESERVE_GIB = 2.0
 
 
-class PlanError(ValueError):
+class PlanError(UsageError):
     pass
 
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
 from specguard.memory.kv import kv_bytes_per_token
-from specguard.planning.catalog import GIB, GpuEntry, ModelEntry, resolve_gpu, resolve_model
+from specguard.planning.catalog import GIB, GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
 from specguard.planning.memory_plan import (
     DEFAULT_NON_KV_RESERVE_GIB,
     DraftLayers,
@@ -27,34 +27,50 @@ from specguard.preflight.findings import Finding
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.preflight.translate import config_json, to_spec_args
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
+from specguard.validation import HttpUrl, read_input_text
 from specguard.vllm import knowledge as K
 
 MODEL_FREE = {"ngram", "ngram_gpu", "suffix"}
 
 
 class PlanRequest(BaseModel):
-    target: str
+    """What ``specguard plan`` is asked; the bounds are the command line's."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    target: str = Field(min_length=1)
     gpu: str | None = None
-    gpu_memory_gib: float | None = None
-    kv_cache_memory_gib: float | None = None
-    tensor_parallel_size: int = 1
+    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    kv_cache_memory_gib: float | None = Field(default=None, gt=0)
+    tensor_parallel_size: int = Field(default=1, ge=1)
     draft: str | None = None
     method: str | None = None
-    draft_layers: int | None = None
-    draft_tensor_parallel_size: int | None = None
-    num_speculative_tokens: int | None = None
+    draft_layers: int | None = Field(default=None, ge=1)
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
     dtype: str | None = None
     kv_cache_dtype: str = "auto"
-    gpu_memory_utilization: float | None = None
-    non_kv_reserve_gib: float = DEFAULT_NON_KV_RESERVE_GIB
-    max_model_len: int | None = None
-    block_size: int = 16
-    prompt_len: int | None = None
-    output_len: int | None = None
-    expected_concurrency: int | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    non_kv_reserve_gib: float = Field(default=DEFAULT_NON_KV_RESERVE_GIB, ge=0)
+    max_model_len: int | None = Field(default=None, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    prompt_len: int | None = Field(default=None, ge=1)
+    output_len: int | None = Field(default=None, ge=1)
+    expected_concurrency: int | None = Field(default=None, ge=1)
     gate1: Path | None = None
     vllm_version: str | None = None
-    url: str | None = None
+    url: HttpUrl | None = None
+
+
+# The option of each PlanRequest field, for messages.
+PLAN_OPTIONS = {
+    "gpu_memory_gib": "--gpu-memory-gib", "kv_cache_memory_gib": "--kv-cache-memory-gib", "tensor_parallel_size": "--tp",
+    "draft_layers": "--draft-layers", "draft_tensor_parallel_size": "--draft-tp",
+    "num_speculative_tokens": "--num-speculative-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
+    "non_kv_reserve_gib": "--non-kv-reserve-gib", "max_model_len": "--max-model-len", "block_size": "--block-size",
+    "prompt_len": "--prompt-len", "output_len": "--output-len", "expected_concurrency": "--expected-concurrency",
+    "url": "--url", "target": "--target",
+}
 
 
 class ModelSummary(BaseModel):
@@ -168,15 +184,19 @@ def _config(method: str | None, k: int | None, draft: ModelEntry | None, req: Pl
 def _evidence(path: Path | None) -> Gate1Evidence | None:
     if path is None:
         return None
+    text = read_input_text(path, "Gate 1 report")
     try:
-        return gate1_evidence(json.loads(path.read_text()), str(path))
-    except (OSError, ValueError) as exc:
+        return gate1_evidence(json.loads(text), str(path))
+    except (ValueError, KeyError, TypeError) as exc:
         raise PlanError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
 
 
 def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     target = resolve_model(req.target)
     draft = resolve_model(req.draft) if req.draft else None
+    check_tensor_parallel(target, req.tensor_parallel_size, "--tp")
+    if draft is not None:
+        check_tensor_parallel(draft, req.draft_tensor_parallel_size or req.tensor_parallel_size, "--draft-tp")
     version_text, version_source = _version(req)
     version = K.parse_version(version_text)
     notes = [f"vLLM version {version_text} from {version_source}"]

@@ -19,13 +19,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
+from specguard.errors import RuntimeFailure
 
 PROBE_SCRIPT = Path(__file__).with_name("probe_script.py")
 MARKER = "--- specguard-probe ---"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-class DiscoveryError(RuntimeError):
+class DiscoveryError(RuntimeFailure):
     """No vLLM could be found or asked; the message says where specguard looked."""
 
 

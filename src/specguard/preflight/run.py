@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from specguard.errors import UsageError
 from specguard.preflight import discover
 from specguard.preflight.findings import Finding, errors
 from specguard.preflight.rules import RuleContext, check_config
@@ -29,11 +30,12 @@ from specguard.preflight.translate import (
     to_spec_args,
 )
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
+from specguard.validation import read_input_text
 from specguard.vllm import knowledge as K
 from specguard.vllm.server_spec import redact_argv
 
 
-class PreflightInputError(ValueError):
+class PreflightInputError(UsageError):
     """Bad input: the message names the file or option, the position and what was expected."""
 
 
@@ -69,11 +71,10 @@ class PreflightReport(BaseModel):
 
 
 def load_config(text: str) -> dict[str, Any]:
-    """``--config``: a JSON object, or a path to a file holding one."""
-    path = Path(text)
+    """``--config``: a JSON object, or a path to a file holding one (a path that does not exist is reported as missing)."""
     source = "--config"
-    if not text.lstrip().startswith("{") and path.exists():
-        source, text = str(path), path.read_text()
+    if not text.lstrip().startswith(("{", "[")):
+        source, text = text, read_input_text(Path(text), "speculative config")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -85,11 +86,13 @@ def load_config(text: str) -> dict[str, Any]:
 
 
 def load_command(text: str) -> list[str]:
-    """``--command``: a ``vllm serve`` line or a systemd unit (file path or text) -> the server's arguments."""
-    path = Path(text)
+    """``--command``: a ``vllm serve`` line or a systemd unit (file path or text) -> the server's arguments.
+
+    One word with no spaces is a file path, and must exist; anything else is the command text itself.
+    """
     source = "--command"
-    if "\n" not in text and path.exists():
-        source, text = str(path), path.read_text()
+    if "\n" not in text and not any(c.isspace() for c in text.strip()):
+        source, text = text, read_input_text(Path(text), "command file")
     try:
         return server_args(split_command(text))
     except CommandError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from specguard.errors import UsageError
 from specguard.preflight.findings import Finding
 from specguard.preflight.rules import resolve_method
 from specguard.vllm import knowledge as K
@@ -25,7 +26,7 @@ SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
 V0_PROMPT_LOOKUP_MIN = 1
 
 
-class CommandError(ValueError):
+class CommandError(UsageError):
     pass
 
 

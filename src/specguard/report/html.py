@@ -13,8 +13,8 @@ from plotly.subplots import make_subplots
 
 from specguard.analysis.compare import metric_values
 from specguard.check.aggregate import rep_dirs
-from specguard.check.runner import ARMS, cell_key
 from specguard.report.markdown import pinned_line
+from specguard.results.check_dir import ARMS, cell_key
 from specguard.results.store import load_run, load_summary
 
 if TYPE_CHECKING:

@@ -25,26 +25,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LoadShape(_Strict):
+class _StrictInput(_Strict):
+    """A model that also validates user input: NaN and infinity mean nothing in it."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class LoadShape(_StrictInput):
     """How requests are released. Exactly one of rate / concurrency / burst drives the run."""
 
     kind: Literal["idle", "constant", "poisson", "gamma", "concurrency", "burst"]
-    rate: float | None = Field(default=None, description="requests per second (constant, poisson, gamma)")
-    burstiness: float | None = Field(default=None, description="gamma shape; 1.0 is Poisson, <1 burstier")
-    concurrency: int | None = Field(default=None, description="requests kept in flight (concurrency; idle is 1)")
-    burst: int | None = Field(default=None, description="requests released together at t=0")
-    num_requests: int | None = None
-    duration_s: float | None = None
-    warmup_requests: int = 0
-    seed: int = 0
+    rate: float | None = Field(default=None, gt=0, description="requests per second (constant, poisson, gamma)")
+    burstiness: float | None = Field(default=None, gt=0, description="gamma shape; 1.0 is Poisson, <1 burstier")
+    concurrency: int | None = Field(default=None, ge=1, description="requests kept in flight (concurrency; idle is 1)")
+    burst: int | None = Field(default=None, ge=1, description="requests released together at t=0")
+    num_requests: int | None = Field(default=None, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    warmup_requests: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0)
 
 
-class SamplingOverrides(_Strict):
+class SamplingOverrides(_StrictInput):
     """Sampling parameters forced on every request; None keeps each prompt's own value."""
 
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
     ignore_eos: bool | None = None
 
 
@@ -59,12 +65,19 @@ class RunInfo(_Strict):
     prompt_count: int
     load: LoadShape
     sampling: SamplingOverrides
+    sent_sampling: dict[str, list[float | int | bool | None]] = Field(
+        default_factory=dict,
+        description="per key, the distinct values that went on the wire in the requests (null: not sent, server default)",
+    )
+    prompt_sha256: str | None = Field(default=None, description="SHA-256 of the prompt file's bytes")
+    prompt_generator: dict[str, str | int] | None = Field(default=None, description="a synthetic set's generator parameters")
     server_version: str | None = None
     cache_config: dict[str, str] | None = None
     started_unix: float
     started_monotonic: float = Field(description="time.monotonic() at the run's time origin; send times are relative to it")
     finished_unix: float | None = None
     interrupted: bool = False
+    interrupted_phase: Literal["warm-up", "measurement"] | None = None
 
 
 class RequestRecord(_Strict):
@@ -141,6 +154,8 @@ class Summary(_Strict):
     errors: int
     error_rate: float
     interrupted: bool
+    incomplete: bool = Field(default=False, description="recomputed from requests.jsonl: the run never wrote its summary")
+    error_kinds: dict[str, int] = Field(default_factory=dict, description="failed requests per distinct error message")
     duration_s: float
     request_rate: float
     output_tokens: int

@@ -13,7 +13,9 @@ from typing import IO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from specguard.errors import InputFileError
 from specguard.results.models import MetricsSample, RequestRecord, RunInfo, Summary
+from specguard.validation import describe
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -23,7 +25,7 @@ SUMMARY_FILE = "summary.json"
 M = TypeVar("M", bound=BaseModel)
 
 
-class RunDirError(ValueError):
+class RunDirError(InputFileError):
     """A run directory that cannot be read; the message names the file, line and reason."""
 
 
@@ -64,16 +66,17 @@ class RunWriter:
         self.metrics = JsonlAppender(out_dir / METRICS_FILE)
 
     def write_run(self, info: RunInfo) -> None:
-        _write_json_atomic(self.dir / RUN_FILE, info)
+        write_json_atomic(self.dir / RUN_FILE, info)
 
     def write_summary(self, summary: Summary) -> None:
-        _write_json_atomic(self.dir / SUMMARY_FILE, summary)
+        write_json_atomic(self.dir / SUMMARY_FILE, summary)
 
     def close(self) -> None:
         self.metrics.close()
 
 
-def _write_json_atomic(path: Path, model: BaseModel) -> None:
+def write_json_atomic(path: Path, model: BaseModel) -> None:
+    """Write through a temporary file and rename: a reader (or a resumed check) never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(model.model_dump_json(indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -84,8 +87,10 @@ def read_json(path: Path, model: type[M]) -> M:
         return model.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RunDirError(f"{path}: missing") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{path}: cannot read: {exc}") from exc
     except ValidationError as exc:
-        raise RunDirError(f"{path}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+        raise RunDirError(f"{path}: {'; '.join(describe(exc))}") from exc
 
 
 def read_jsonl(path: Path, model: type[M]) -> list[M]:
@@ -95,6 +100,8 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
         lines = path.read_text(encoding="utf-8").split("\n")
     except FileNotFoundError as exc:
         raise RunDirError(f"{path}: missing") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{path}: cannot read: {exc}") from exc
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -109,6 +116,10 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
 
 
 def load_run(run_dir: Path) -> tuple[RunInfo, list[RequestRecord], list[MetricsSample]]:
+    if not run_dir.exists():
+        raise RunDirError(f"{run_dir}: run directory not found")
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: not a directory; expected a run directory written by 'specguard bench'")
     info = read_json(run_dir / RUN_FILE, RunInfo)
     records = read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
     samples = read_jsonl(run_dir / METRICS_FILE, MetricsSample) if (run_dir / METRICS_FILE).exists() else []
@@ -117,6 +128,21 @@ def load_run(run_dir: Path) -> tuple[RunInfo, list[RequestRecord], list[MetricsS
 
 def load_summary(run_dir: Path) -> Summary:
     return read_json(run_dir / SUMMARY_FILE, Summary)
+
+
+def load_or_recompute_summary(run_dir: Path) -> Summary:
+    """summary.json, or, for a run killed before it wrote one, the summary recomputed from its records, marked incomplete."""
+    from specguard.analysis.summarize import summarize
+
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: run directory not found" if not run_dir.exists() else f"{run_dir}: not a directory")
+    if (run_dir / SUMMARY_FILE).exists():
+        return load_summary(run_dir)
+    if not (run_dir / REQUESTS_FILE).exists():
+        raise RunDirError(f"{run_dir}: not a run directory (no {SUMMARY_FILE} and no {REQUESTS_FILE})")
+    info, records, samples = load_run(run_dir)
+    records.sort(key=lambda r: r.seq)
+    return summarize(records, samples, interrupted=info.interrupted, incomplete=True)
 
 
 def dumps(model: BaseModel) -> str:

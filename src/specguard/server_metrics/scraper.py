@@ -6,6 +6,11 @@ and doing it on the load generator's event loop would delay the timestamps
 of every stream. The child shares CLOCK_MONOTONIC with its parent, so its
 sample times are on the run's time axis. It appends to the run's
 server_metrics.jsonl between the parent's "before" and "after" lines.
+
+The child ends when its stdin closes: the parent closes it to stop the
+scrapes, and the kernel closes it when the parent dies, however it dies, so
+no scraper outlives its run. Group signals (Ctrl-C, ``systemctl stop``) are
+ignored: the parent decides when scraping ends.
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
+from specguard.lifetime import ignore_interrupts
 from specguard.results.models import MetricsSample
 from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
 
@@ -79,11 +85,14 @@ class ScraperProcess:
         self.proc.stdin.flush()
 
     def stop(self) -> None:
+        """Close the child's stdin (its signal to stop) and wait for it; a scrape under way ends within its timeout."""
         if self.proc is None:
             return
         if self.proc.stdin is not None:
-            self.proc.stdin.close()  # ends a child still waiting for its time origin
-        self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -98,14 +107,7 @@ def _main() -> None:
     p.add_argument("--interval", type=float, required=True)
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
-    stop = False
-
-    def on_term(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when scraping ends
+    ignore_interrupts()
     # Yield the CPU to the load generator, whose timestamps are the measurement.
     os.nice(10)
     print("ready", flush=True)
@@ -113,14 +115,17 @@ def _main() -> None:
     if not line.strip():
         return
     t0 = float(line)
+    stop = threading.Event()
+
+    def watch_parent() -> None:
+        sys.stdin.read()  # returns at EOF: the parent closed the pipe, or died
+        stop.set()
+
+    threading.Thread(target=watch_parent, daemon=True).start()
     with a.out.open("a", encoding="utf-8") as fh:
         tick = time.monotonic()
-        while not stop:
+        while not stop.wait(max(0.0, tick + a.interval - time.monotonic())):
             tick += a.interval
-            while not stop and time.monotonic() < tick:
-                time.sleep(min(0.05, max(0.0, tick - time.monotonic())))
-            if stop:
-                break
             sample = scrape_blocking(a.url, t0, "during")
             fh.write(sample.model_dump_json() + "\n")
             fh.flush()

@@ -14,12 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from specguard.errors import UsageError
+
 Version = tuple[int, int, int]
 LATEST_KNOWN: Version = (0, 33, 0)
 UNREAD_VERSIONS: tuple[Version, Version] = ((0, 26, 0), (0, 29, 99))
 
 
-class VersionParseError(ValueError):
+class VersionParseError(UsageError):
     pass
 
 

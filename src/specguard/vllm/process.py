@@ -11,7 +11,6 @@ SIGTERM if specguard itself is killed (PR_SET_PDEATHSIG), so none is orphaned.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import os
 import signal
@@ -23,12 +22,14 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from specguard.errors import ServerError
+from specguard.lifetime import die_with_parent
 from specguard.vllm.server_spec import ServerSpec, build_argv, redact_argv
 
 _LIVE: set[ManagedServer] = set()
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(ServerError):
     """The server exited or did not become ready; the message ends with its log tail."""
 
 
@@ -36,14 +37,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -101,7 +94,7 @@ class ManagedServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         _LIVE.add(self)
 

@@ -16,17 +16,19 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from pydantic import ValidationError
 
+from specguard.errors import InputFileError
+from specguard.validation import check_text_head
 from specguard.workload.logformat import RequestLogEntry
 
 LogFormat = Literal["auto", "specguard", "openai", "sharegpt", "bench"]
 FORMATS = ("specguard", "openai", "sharegpt", "bench")
 
 
-class LogLineError(ValueError):
+class LogLineError(InputFileError):
     def __init__(self, path: Path, line: int, reason: str):
         super().__init__(f"{path}:{line}: {reason}")
         self.path, self.line, self.reason = path, line, reason
@@ -153,10 +155,12 @@ _CONVERTERS = {"openai": _from_openai, "sharegpt": _from_sharegpt, "bench": _fro
 def read_log(path: Path, fmt: LogFormat = "auto", skipped: SkipCounter | None = None) -> Iterator[RequestLogEntry]:
     """Entries of a JSONL log, streamed. Raises LogLineError on the first bad line unless ``skipped`` counts them."""
     chosen: str | None = None if fmt == "auto" else fmt
-    with path.open(encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+    with open_input_log(path) as fh:
+        any_line = False
+        for lineno, raw in _lines(path, fh):
             if not raw.strip():
                 continue
+            any_line = True
             try:
                 try:
                     obj = json.loads(raw)
@@ -182,3 +186,28 @@ def read_log(path: Path, fmt: LogFormat = "auto", skipped: SkipCounter | None = 
                 skipped.add(err)
                 continue
             yield from parsed
+        if not any_line:
+            raise InputFileError(f"{path}: the request log is empty (no request in it)")
+
+
+def open_input_log(path: Path) -> TextIO:
+    """The log opened for streaming, after the checks a whole-file read would make (missing, directory, BOM, binary)."""
+    if not path.exists():
+        raise InputFileError(f"{path}: request log not found")
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a directory; expected a request log file")
+    try:
+        with path.open("rb") as raw:
+            check_text_head(path, raw.read(65536), "request log")
+        return path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read the request log: {exc.strerror or exc}") from exc
+
+
+def _lines(path: Path, fh: TextIO) -> Iterator[tuple[int, str]]:
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(fh, start=1):  # noqa: B007 - lineno is read after a decode error
+            yield lineno, raw
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{path}:{lineno + 1}: not UTF-8 text ({exc.reason})") from exc

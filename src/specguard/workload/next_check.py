@@ -19,6 +19,7 @@ from specguard.workload.assess import AssessReport
 from specguard.workload.profile import bucket_temperature
 
 MAX_PROMPTS = 200
+PLAN_FILES = ("plan.yaml", "prompts.jsonl")
 
 
 def write_check_plan(report: AssessReport, items: list[dict[str, Any]], out_dir: Path, target_model: str,

@@ -15,11 +15,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
+from specguard.errors import RuntimeFailure
 from specguard.server_metrics.server_facts import server_root
 from specguard.workload.logformat import RequestLogEntry
 
 
-class TokenizeError(RuntimeError):
+class TokenizeError(RuntimeFailure):
     pass
 
 

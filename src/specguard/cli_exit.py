@@ -1,0 +1,133 @@
+"""How every command ends: its outcome or its exception becomes one exit code and one line, here and only here.
+
+``SpecguardGroup.main`` is what both the ``specguard`` console script and
+in-process tests (typer's ``CliRunner``) call, so the mapping they see is the
+same. Errors of the ``specguard.errors`` hierarchy carry their exit code; click's
+usage errors are 2; an interrupt (SIGINT, or SIGTERM/SIGHUP, which are made to
+behave like it) is 130; an ``OSError`` that escaped is a failure to read or
+write (4), reported as one line; anything else is an internal error (4), one
+line naming it and the file holding its traceback, the traceback itself shown
+only with ``--debug`` or ``SPECGUARD_DEBUG=1``. A command given ``--json``
+prints ``{"error": {...}}`` on stdout when it fails, so a script never parses
+an empty stdout.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer 0.29 vendors click here
+from typer.core import TyperGroup
+from typer.exceptions import Abort, Exit
+
+from specguard.cli_output import err
+from specguard.errors import EXIT_CODE_TABLE, ExitCode, SpecguardError
+from specguard.lifetime import terminations_interrupt
+
+DEBUG_ENV = "SPECGUARD_DEBUG"
+
+# Typer joins an epilog's lines and keeps its paragraphs: one paragraph per code.
+EXIT_CODES_EPILOG = "Exit codes:\n\n" + "\n\n".join(f"{int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
+
+
+def _error_log_dir() -> Path:
+    return Path(os.environ.get("SPECGUARD_HOME") or Path.home() / ".cache" / "specguard") / "logs"
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    args = list(argv[: list(argv).index("--")] if "--" in argv else argv)
+    return "--json" in args
+
+
+def _wants_debug(argv: Sequence[str]) -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0") or "--debug" in argv
+
+
+class _Outcome:
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def fail(self, exit_code: int, code: str, message: str) -> int:
+        err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, emoji=False)
+        if self.as_json:
+            print(json.dumps({"error": {"code": code, "message": message, "exit_code": int(exit_code)}}))
+        return int(exit_code)
+
+
+def _save_traceback(exc: BaseException) -> str:
+    try:
+        d = _error_log_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(f"$ specguard {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(exc)))
+        return f"traceback in {path}"
+    except OSError as log_exc:
+        return f"traceback not saved: {log_exc.strerror or log_exc}"
+
+
+def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
+    """Parse ``argv``, run the command, and return its exit code; the only place outcomes become codes."""
+    outcome = _Outcome(_wants_json(argv))
+    debug = _wants_debug(argv)
+    with terminations_interrupt():
+        try:
+            with group.make_context(prog_name, list(argv)) as ctx:
+                group.invoke(ctx)
+            return ExitCode.OK
+        except Exit as exc:
+            return int(exc.exit_code)
+        except NoArgsIsHelpError as exc:
+            exc.show()
+            return ExitCode.USAGE
+        except ClickException as exc:
+            exc.show()
+            if outcome.as_json:
+                print(json.dumps({"error": {"code": "usage_error", "message": exc.format_message(),
+                                            "exit_code": int(ExitCode.USAGE)}}))
+            return ExitCode.USAGE
+        except (KeyboardInterrupt, Abort):
+            return outcome.fail(ExitCode.INTERRUPTED, "interrupted", "interrupted")
+        except SpecguardError as exc:
+            if debug:
+                traceback.print_exception(exc, file=sys.stderr)
+            return outcome.fail(exc.exit_code, exc.code, exc.message)
+        except OSError as exc:
+            if debug:
+                traceback.print_exception(exc, file=sys.stderr)
+            if exc.errno == errno.EPIPE:
+                return ExitCode.RUNTIME_FAILURE  # the reader of stdout went away: nothing more to say to it
+            where = f"{exc.filename}: " if exc.filename else ""
+            return outcome.fail(ExitCode.RUNTIME_FAILURE, "os_error", f"{where}{exc.strerror or exc}")
+        except Exception as exc:  # the one place an unexpected error is turned into a line, not a traceback
+            if debug:
+                traceback.print_exception(exc, file=sys.stderr)
+                where = "traceback above"
+            else:
+                where = _save_traceback(exc) + "; --debug shows it"
+            return outcome.fail(ExitCode.RUNTIME_FAILURE, "internal_error",
+                                f"internal error: {type(exc).__name__}: {exc} ({where})")
+
+
+class SpecguardGroup(TyperGroup):
+    """The root command group; its ``main`` maps every outcome through ``run_group``."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        code = run_group(self, list(sys.argv[1:] if args is None else args), prog_name or "specguard")
+        if standalone_mode:
+            sys.exit(code)
+        return code

@@ -1,0 +1,75 @@
+"""The layout of a check directory, owned here and nowhere else.
+
+    DIR/check.json                         CheckRecord: the plan, its hash, the arms' inventories, failures
+    DIR/check-state.json                   CheckState: which blocks are done (written after every block)
+    DIR/runs/ARM/repN/TRAFFIC__SAMPLING__pI/   one ``bench`` run directory per cell of a block
+    DIR/logs/ARM-repN.log                  a launched server's log for that block
+    DIR/interrupted/TIME/ARM/repN/...      the partial runs of a block that was interrupted (kept, not reused)
+    DIR/verdict.json, report.md, report.html          the outcome of a complete check
+    DIR/report-partial.md, report-partial.html        what an interrupted check has (no verdict)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ARMS = ("baseline", "candidate")
+
+
+def cell_key(traffic: str, sampling: str, source_index: int) -> str:
+    return f"{traffic}__{sampling}__p{source_index}"
+
+
+@dataclass(frozen=True)
+class CheckDir:
+    root: Path
+
+    @property
+    def check_json(self) -> Path:
+        return self.root / "check.json"
+
+    @property
+    def state_json(self) -> Path:
+        return self.root / "check-state.json"
+
+    @property
+    def verdict_json(self) -> Path:
+        return self.root / "verdict.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def partial_md(self) -> Path:
+        return self.root / "report-partial.md"
+
+    @property
+    def partial_html(self) -> Path:
+        return self.root / "report-partial.html"
+
+    @property
+    def outputs(self) -> tuple[Path, Path, Path]:
+        return self.verdict_json, self.report_md, self.report_html
+
+    def block_dir(self, arm: str, rep: int) -> Path:
+        return self.root / "runs" / arm / f"rep{rep}"
+
+    def run_dir(self, arm: str, rep: int, key: str) -> Path:
+        return self.block_dir(arm, rep) / key
+
+    def arm_runs(self, arm: str) -> list[Path]:
+        """Every run directory of an arm that has run.json, in repetition then cell order."""
+        return sorted(p.parent for p in (self.root / "runs" / arm).glob("rep*/*/run.json"))
+
+    def server_log(self, arm: str, rep: int) -> Path:
+        return self.root / "logs" / f"{arm}-rep{rep}.log"
+
+    def interrupted_block_dir(self, arm: str, rep: int) -> Path:
+        return self.root / "interrupted" / time.strftime("%Y%m%d-%H%M%S") / arm / f"rep{rep}"

@@ -1,0 +1,115 @@
+"""Validation at the edge: option values through the library's own pydantic models, URLs, and input files.
+
+Every command validates all of its options and input files here before it
+sends a request or writes a file. Bounds live on the models (``LoadShape``,
+``BenchConfig``, ``CheckPlan``, ``PlanRequest``...), so an option and the same
+key in a file are held to the same rule; this module only turns a pydantic
+error into the one-line message a user can act on, naming the option (or the
+file, line and key) and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ValidationError
+
+from specguard.errors import InputFileError, OptionError
+
+M = TypeVar("M", bound=BaseModel)
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def check_base_url(value: str) -> str:
+    """``http(s)://host[:port][/path]``, nothing else: no other scheme, no credentials, no query."""
+    try:
+        parts = urllib.parse.urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected http(s)://host[:port], e.g. http://127.0.0.1:8000")
+    if parts.username or parts.password:
+        raise ValueError("credentials do not go in a URL; use --api-key-env")
+    if parts.query or parts.fragment or any(c.isspace() for c in value):
+        raise ValueError("expected http(s)://host[:port][/path] without query, fragment or spaces")
+    if port == 0:
+        raise ValueError("port 0 is not a server's port")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(check_base_url)]
+
+
+def describe(exc: ValidationError, names: Mapping[str, str] | None = None) -> list[str]:
+    """One line per pydantic error: ``NAME: what was expected (got VALUE)``, NAME an option or a key path."""
+    lines = []
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        name = (names or {}).get(loc, f"key '{loc}'" if loc else "")
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict | list) else f" (got {got!r})"
+        lines.append(f"{name}: {msg}{shown}" if name else f"{msg}{shown}")
+    return lines
+
+
+def options(model: type[M], values: Mapping[str, Any], names: Mapping[str, str]) -> M:
+    """``model`` built from command-line values; a bad value is an ``OptionError`` naming its option."""
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as exc:
+        raise OptionError("; ".join(describe(exc, names))) from exc
+
+
+def finite(value: float | None, option: str, *, positive: bool = False, minimum: float | None = None) -> float | None:
+    """A float option that must be a real number (NaN and inf mean nothing here), optionally > 0 or >= minimum."""
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise OptionError(f"{option}: expected a finite number (got {value})")
+    if positive and value <= 0:
+        raise OptionError(f"{option}: expected a number > 0 (got {value:g})")
+    if minimum is not None and value < minimum:
+        raise OptionError(f"{option}: expected a number >= {minimum:g} (got {value:g})")
+    return value
+
+
+def read_input_bytes(path: Path, what: str) -> bytes:
+    """A file's bytes, or one line saying exactly why not: missing, a directory, unreadable, or empty."""
+    if not path.exists():
+        raise InputFileError(f"{path}: {what} not found")
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a directory; expected a {what} file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from exc
+    if not data.strip():
+        raise InputFileError(f"{path}: the {what} is empty")
+    return data
+
+
+def read_input_text(path: Path, what: str) -> str:
+    """A UTF-8 text file's contents; a BOM, a binary file or another encoding each get their own message."""
+    data = read_input_bytes(path, what)
+    check_text_head(path, data[:65536], what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+
+
+def check_text_head(path: Path, head: bytes, what: str) -> None:
+    """The first bytes of a text input: a BOM and binary content are refused with their own messages."""
+    if head.startswith(_UTF8_BOM):
+        raise InputFileError(f"{path}: the {what} starts with a UTF-8 byte-order mark; save it as UTF-8 without BOM")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputFileError(f"{path}: the {what} is UTF-16; save it as UTF-8")
+    if b"\x00" in head:
+        raise InputFileError(f"{path}: the {what} is a binary file (it holds NUL bytes); expected UTF-8 text")
