@@ -355,6 +355,9 @@ async def _measure(
     info.finished_unix = time.time()
     info.interrupted = interrupted
     info.interrupted_phase = phase if interrupted else None
+    if not cfg.out_dir.is_dir():
+        raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its request records "
+                               "went with it")
     records = read_jsonl(writer.requests_path, RequestRecord)
     records.sort(key=lambda r: r.seq)
     samples = read_jsonl(writer.metrics.path, MetricsSample)
@@ -368,6 +371,9 @@ async def _measure(
         writer.write_run(info)
         writer.write_summary(summary)
     except OSError as exc:
+        if not cfg.out_dir.is_dir():
+            raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its "
+                                   f"{len(records)} request records went with it") from exc
         raise OutputWriteError(f"{cfg.out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
                                f"{len(records)} request records are kept in {writer.requests_path}") from exc
     return summary

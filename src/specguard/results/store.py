@@ -51,7 +51,10 @@ class JsonlAppender:
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # a flush that failed (disk full) already raised where the line was written
 
 
 class RunWriter:

@@ -127,8 +127,11 @@ def _main() -> None:
         while not stop.wait(max(0.0, tick + a.interval - time.monotonic())):
             tick += a.interval
             sample = scrape_blocking(a.url, t0, "during")
-            fh.write(sample.model_dump_json() + "\n")
-            fh.flush()
+            try:
+                fh.write(sample.model_dump_json() + "\n")
+                fh.flush()
+            except OSError:
+                os._exit(3)  # disk full or directory gone: the run reports it once, from the record writer or itself
 
 
 if __name__ == "__main__":
