@@ -98,7 +98,13 @@ def _now() -> str:
 def from_args(args: list[str], source: str, facts: ServerFacts | None = None, gpu: str | None = None,
               lengths: tuple[float | None, float | None] = (None, None)) -> Inventory:
     """From the arguments vLLM's server parser sees (``vllm serve`` without the program)."""
-    version = K.parse_version(facts.version) if facts and facts.version else K.LATEST_KNOWN
+    version = K.LATEST_KNOWN
+    unparsed_version = None
+    if facts and facts.version:
+        try:
+            version = K.parse_version(facts.version)
+        except K.VersionParseError:
+            unparsed_version = facts.version  # not a vLLM release number: read its flags as the newest known vLLM's
     spec = extract_speculation(args, version).config
     model = model_argument(args) or "unknown"
     draft = spec.get("model") if spec else None
@@ -107,6 +113,9 @@ def from_args(args: list[str], source: str, facts: ServerFacts | None = None, gp
     notes = []
     if facts is None:
         notes.append("no running server was read: KV headroom and vLLM version unknown (add --url)")
+    if unparsed_version is not None:
+        notes.append(f"the server's version '{unparsed_version}' is not a vLLM release number; its flags were read "
+                     f"as vLLM {'.'.join(map(str, K.LATEST_KNOWN))}'s")
     return Inventory(
         specguard_version=__version__, recorded_at=_now(), source=source,
         vllm_version=facts.version if facts else None,
