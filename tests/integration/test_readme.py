@@ -61,6 +61,21 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
     assert seen >= 6
 
 
+def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
+    from specguard.errors import EXIT_CODE_TABLE, ExitCode
+
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", README.split("## Exit codes", 1)[1].split("\n## ", 1)[0], flags=re.M)
+    assert [(int(c), t) for c, t in rows] == [(int(c), t) for c, t in EXIT_CODE_TABLE]
+    assert {int(c) for c, _ in EXIT_CODE_TABLE} == {int(c) for c in ExitCode} == {0, 1, 2, 3, 4, 130}
+    commands = [(), ("bench",), ("summary",), ("compare",), ("check",), ("report",), ("demo",), ("preflight",),
+                ("plan",), ("assess",), ("inventory",), ("inventory", "diff"), ("embedded",), ("embedded", "install"),
+                ("embedded", "models"), ("embedded", "serve")]
+    for sub in commands:
+        text = " ".join(help_text(*sub).split())
+        for code, meaning in EXIT_CODE_TABLE:
+            assert f"{int(code)} {meaning}" in text, f"specguard {' '.join(sub)} --help lacks exit code {int(code)}"
+
+
 @pytest.mark.vllm
 def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
     """The README's bench line, pointed at the embedded server and shortened to 10 requests."""
@@ -104,10 +119,13 @@ def test_make_demo_runs_the_main_job():
     # blocks alternated over two repetitions, each on a freshly started server
     logs = sorted(p.name for p in (out / "logs").iterdir())
     assert logs == ["baseline-rep1.log", "baseline-rep2.log", "candidate-rep1.log", "candidate-rep2.log"]
-    # `specguard report DIR` (README) rebuilds the same verdict from the stored runs
-    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
-                           timeout=600)
-    assert again.returncode == 0 and json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
+    # the demo names the exit code the verdict means, and exits 0 itself
+    assert f"verdict exit code: {verdict['exit_code']}" in r.stdout
+    # `specguard report DIR --force` (README) rebuilds the same verdict from the stored runs and exits with its code
+    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == verdict["exit_code"], again.stderr
+    assert json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
 
 
 @pytest.mark.vllm
