@@ -186,7 +186,8 @@ def compare(
     b = load_run(candidate)
     result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
     if not result.comparable:
-        raise UsageError("the runs are not comparable: " + "; ".join(result.differences))
+        raise UsageError("the runs differ in more than the arm; refusing to compare: " + "; ".join(result.differences),
+                         {"differences": result.differences})
     if json_out:
         print(result.model_dump_json(indent=2))
     else:

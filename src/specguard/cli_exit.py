@@ -55,10 +55,14 @@ class _Outcome:
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
 
-    def fail(self, exit_code: int, code: str, message: str) -> int:
-        err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, emoji=False)
+    def fail(self, exit_code: int, code: str, message: str, details: dict[str, object] | None = None) -> int:
+        err.print("[red]error:[/red] ", end="", highlight=False)
+        err.print(message, highlight=False, markup=False, emoji=False)
         if self.as_json:
-            print(json.dumps({"error": {"code": code, "message": message, "exit_code": int(exit_code)}}))
+            error: dict[str, object] = {"code": code, "message": message, "exit_code": int(exit_code)}
+            if details:
+                error["details"] = details
+            print(json.dumps({"error": error}))
         return int(exit_code)
 
 
@@ -98,7 +102,7 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
         except SpecguardError as exc:
             if debug:
                 traceback.print_exception(exc, file=sys.stderr)
-            return outcome.fail(exc.exit_code, exc.code, exc.message)
+            return outcome.fail(exc.exit_code, exc.code, exc.message, exc.details)
         except OSError as exc:
             if debug:
                 traceback.print_exception(exc, file=sys.stderr)

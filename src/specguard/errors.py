@@ -66,9 +66,10 @@ class SpecguardError(Exception):
     exit_code: ExitCode = ExitCode.RUNTIME_FAILURE
     code: str = "error"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, details: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.details = details or {}
 
     def __str__(self) -> str:
         return self.message

@@ -75,14 +75,15 @@ def test_usage_errors_exit_2(tmp_path):
                   "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--num-requests" in r.stderr
     r = specguard("summary", str(tmp_path / "nothing"))
-    assert r.returncode == 2 and "missing" in r.stderr
+    assert r.returncode == 2 and "run directory not found" in r.stderr
 
 
 def test_unreachable_server_gives_error_records_not_a_crash(tmp_path):
     out = tmp_path / "run"
     r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
                   "--out", str(out), "--burst", "3", "--quiet")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 4, r.stderr
+    assert "every request failed (3): 3 x ClientConnectorError" in r.stderr and "Traceback" not in r.stderr
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert len(recs) == 3 and not any(x["ok"] for x in recs)
     assert all("Connect" in x["error"] for x in recs)

@@ -48,8 +48,8 @@ def test_compare_refuses_runs_that_differ_in_more_than_the_arm(scripted, tmp_pat
     bench(server, tmp_path / "b", "--temperature", "0.7")
     r = compare(tmp_path / "a", tmp_path / "b", "--json")
     assert r.returncode == 2
-    out = json.loads(r.stdout)
-    assert out["comparable"] is False
-    assert any(d.startswith("sampling.temperature") for d in out["differences"])
+    out = json.loads(r.stdout)["error"]
+    assert out["exit_code"] == 2 and out["code"] == "usage_error"
+    assert any(d.startswith("sampling.temperature") for d in out["details"]["differences"])
     r = compare(tmp_path / "a", tmp_path / "b")
-    assert r.returncode == 2 and "refusing to compare" in r.stderr and "sampling.temperature" in r.stdout
+    assert r.returncode == 2 and "refusing to compare" in r.stderr and "sampling.temperature" in r.stderr

@@ -59,13 +59,12 @@ def asked(runtime: VllmRuntime, dirs: dict[str, str]) -> dict[str, Any]:
     return {"answer": answer, "configs": configs, "argvs": argvs}
 
 
-def _context(dirs: dict[str, str], cfg: dict[str, Any] | None, answer: discover.ProbeAnswer,
-             max_model_len: int) -> RuleContext:
+def _context(dirs: dict[str, str], cfg: Any, answer: discover.ProbeAnswer, max_model_len: int) -> RuleContext:
     def read(path: str) -> dict[str, Any] | None:
         p = Path(path) / "config.json"
         return json.loads(p.read_text()) if p.exists() else None
 
-    draft = (cfg or {}).get("model")
+    draft = cfg.get("model") if isinstance(cfg, dict) else None  # a corpus config may be any JSON value
     return RuleContext(version=K.parse_version(answer.version), target_max_model_len=max_model_len,
                        target_config=read(dirs["target"]), draft_config=read(draft) if isinstance(draft, str) else None,
                        packages=answer.packages)
@@ -89,18 +88,27 @@ def test_config_verdict_matches_vllm(index: int, asked: dict[str, Any], dirs: di
     cfg = asked["configs"][index]
     theirs = asked["answer"].configs[index]
     findings = check_config(cfg, _context(dirs, cfg, asked["answer"], MAX_MODEL_LEN))
-    ours = not errors(findings)
-    detail = f"vLLM: {theirs}\nspecguard: {[f.message for f in findings]}"
-    if case.get("difference"):
-        assert ours != theirs["accepted"], f"expected difference is gone ({case['difference']})\n{detail}"
-    else:
-        assert ours == theirs["accepted"], detail
+    _assert_same_verdict(case, theirs, findings)
     for f in findings:
         assert f.key and f.message and f.rule
 
 
+def _assert_same_verdict(case: dict[str, Any], theirs: dict[str, Any], findings: list[Any]) -> None:
+    """Same accept/reject answer, or, for a documented difference, the opposite one for the documented reason."""
+    ours = not errors(findings)
+    detail = f"vLLM: {theirs}\nspecguard: {[f.message for f in findings]}"
+    if case.get("difference"):
+        assert ours != theirs["accepted"], f"expected difference is gone ({case['difference']})\n{detail}"
+        if not theirs["accepted"]:
+            assert case.get("vllm_error"), f"a difference names the vLLM error it expects (vllm_error:)\n{detail}"
+            assert case["vllm_error"] in (theirs.get("error") or ""), f"vLLM refused it for another reason\n{detail}"
+    else:
+        assert ours == theirs["accepted"], detail
+
+
 @pytest.mark.parametrize("index", range(len(CORPUS["commands"])), ids=[c["name"] for c in CORPUS["commands"]])
 def test_command_verdict_matches_vllm(index: int, asked: dict[str, Any], dirs: dict[str, str]) -> None:
+    case = CORPUS["commands"][index]
     argv = asked["argvs"][index]
     theirs = asked["answer"].argvs[index]
     version = K.parse_version(asked["answer"].version)
@@ -109,7 +117,7 @@ def test_command_verdict_matches_vllm(index: int, asked: dict[str, Any], dirs: d
     mml = int(argv[argv.index("--max-model-len") + 1]) if "--max-model-len" in argv else None
     if spec.config is not None:
         findings += check_config(spec.config, _context(dirs, spec.config, asked["answer"], mml or 2048))
-    assert (not errors(findings)) == theirs["accepted"], f"vLLM: {theirs}\nspecguard: {[f.message for f in findings]}"
+    _assert_same_verdict(case, theirs, findings)
 
 
 def _preflight(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:

@@ -137,7 +137,11 @@ def test_sigterm_behaves_like_ctrl_c(scripted, tmp_path):
     server = scripted(ttft_ms=20, interval_ms=30, chunks=10)
     out = tmp_path / "run"
     proc = bench_cli(server, out, "--concurrency", "4", "--duration", "60")
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "requests.jsonl").exists() and len((out / "requests.jsonl").read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.1)
     os.kill(proc.pid, signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode == 130

@@ -126,3 +126,22 @@ def test_fly_and_n_predict_rules() -> None:
     heads = {"method": "eagle", "model": "/eagle", "num_speculative_tokens": 5}
     assert _keys(_check(heads, "0.32.0", draft_config={"n_predict": 2})) == {"num_speculative_tokens"}
     assert not errors(_check({**heads, "num_speculative_tokens": 4}, "0.32.0", draft_config={"n_predict": 2}))
+
+
+def test_method_detection_follows_vllm_0_32() -> None:
+    """The corpus cannot carry these: its drafts are local Llama directories (vllm 0.32 config/speculative.py)."""
+    from specguard.preflight.rules import resolve_method
+
+    assert resolve_method({"model": "mypkg.MyProposer"}) == "custom_class"
+    assert resolve_method({"model": "Qwen2.5-0.5B"}) == "draft_model"  # '5-0' is no identifier: a hub name
+    assert resolve_method({"model": "org/my-eagle-eagle3"}) == "eagle"  # "eagle-" is looked for before "eagle3"
+    assert resolve_method({"model": "/d"}, {"model_type": "deepseek_mtp"}) == "mtp"
+    mtp_target = {"model_type": "deepseek_v3", "num_nextn_predict_layers": 1}
+    # MTP takes the target as its draft only when num_speculative_tokens is given.
+    assert _keys(_check({"method": "mtp"}, "0.32.0", target_config=mtp_target)) == {"num_speculative_tokens"}
+    assert not errors(_check({"method": "mtp", "num_speculative_tokens": 1}, "0.32.0", target_config=mtp_target))
+
+
+def test_every_field_has_a_type_where_types_are_checked() -> None:
+    for version in ("0.32.0", "0.33.0"):
+        assert K.fields_for(K.parse_version(version)) <= set(K.FIELD_TYPES)

@@ -92,3 +92,13 @@ def test_comments_and_multiline_events_take_the_full_path():
               (0.2, b"data: [DONE]\n\n")]
     p = parse_stream(pieces, "completions")
     assert p.chunk_usage == [1] and p.chunk_texts == ["a"] and p.done
+
+
+def test_a_truncated_event_with_usage_is_an_error_not_a_chunk():
+    """The fast path counts usage by a byte search; an event that does not close its object is parsed in full."""
+    good = b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}],"usage":{"completion_tokens":1}}\n\n'
+    torn = b'data: {"choices":[{"index":0,"text":"b","finish_reason":null}],"usage":{"completion_tokens":2}\n\n'
+    for pieces in ([(0.1, good + torn + b"data: [DONE]\n\n")], [(0.1, good), (0.2, torn), (0.3, b"data: [DONE]\n\n")]):
+        parsed = parse_stream(pieces, "completions")
+        assert parsed.error is not None and "unparsable stream event" in parsed.error
+        assert parsed.chunk_usage == [1]

@@ -56,6 +56,7 @@ class ResolvedPlan:
     """A plan with everything it names resolved: prompt sets loaded, API keys read."""
 
     plan: CheckPlan
+    plan_path: Path
     prompt_sets: list[PromptSet]
     api_keys: dict[str, str | None]
 
@@ -68,7 +69,7 @@ class ResolvedPlan:
         return h.hexdigest()
 
 
-def resolve_plan(plan: CheckPlan) -> ResolvedPlan:
+def resolve_plan(plan: CheckPlan, plan_path: Path) -> ResolvedPlan:
     """Load every prompt source and read every API-key variable; raise before anything is measured or written."""
     prompt_sets = [load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count) for p in plan.prompts]
     keys: dict[str, str | None] = {}
@@ -79,7 +80,7 @@ def resolve_plan(plan: CheckPlan) -> ResolvedPlan:
             keys[name] = os.environ.get(ep.api_key_env)
             if keys[name] is None:
                 raise OptionError(f"arms.{name}.endpoint.api_key_env: the environment variable {ep.api_key_env} is not set")
-    return ResolvedPlan(plan=plan, prompt_sets=prompt_sets, api_keys=keys)
+    return ResolvedPlan(plan=plan, plan_path=plan_path, prompt_sets=prompt_sets, api_keys=keys)
 
 
 def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
@@ -133,7 +134,7 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
 def run_check(plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False,
               log: Callable[[str], None] = print) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from."""
-    resolved = resolve_plan(plan)
+    resolved = resolve_plan(plan, plan_path)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
@@ -156,16 +157,24 @@ def run_check(plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = Fal
         _set_aside_partial_runs(d, arm_name, rep, log)
         log(f"block: repetition {rep}, {arm_name}")
         arm = arms[arm_name]
-        if arm.launch is not None:
-            assert runtime is not None
-            _run_launched_block(resolved, d, state, arm, arm_name, rep, runtime, models, arm.launch.port or port)
-        else:
-            _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
+        try:
+            if arm.launch is not None:
+                assert runtime is not None
+                _run_launched_block(resolved, d, state, arm, arm_name, rep, runtime, models, arm.launch.port or port)
+            else:
+                _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
+        except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
+            raise Interrupted(interrupted_message(resolved, d, rep, arm_name)) from exc
         state.done.append(block_name(rep, arm_name))
         write_json_atomic(d.state_json, state)
         record = record.model_copy(update={"inventory": state.inventory, "failures": state.failures})
         write_json_atomic(d.check_json, record)
     return record
+
+
+def interrupted_message(resolved: ResolvedPlan, d: CheckDir, rep: int, arm: str) -> str:
+    return (f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
+            f"specguard check {resolved.plan_path} --out {d.root} --resume")
 
 
 def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None]) -> None:
@@ -230,8 +239,7 @@ def _run_block(
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
-                    raise Interrupted(f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
-                                      f"specguard check PLAN --out {d.root} --resume")
+                    raise Interrupted(interrupted_message(resolved, d, rep, arm))
                 oom = [r.error for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
                        if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)]
                 if oom:

@@ -111,6 +111,10 @@ class SSEParser:
         n_json = n - 1 if done else n
         if n_json == 0 or region.count(b"\n") != 2 * n or region.count(b"data: {") != n_json:
             return False
+        # vLLM's events end with the usage object and then their own ("...}}"); one that does not (truncated,
+        # or another server's shape) is read in full, and a truncated one is reported.
+        if region.count(b"}}\n\n") != n_json:
+            return False
         if b'"error"' in region:
             return False
         counts = _COUNTS.findall(region)
@@ -141,7 +145,7 @@ class SSEParser:
         if event == b"data: [DONE]":
             out.done = True
             return
-        if event.startswith(b"data: {") and b"\n" not in event and b'"error"' not in event:
+        if event.startswith(b"data: {") and event.endswith(b"}}") and b"\n" not in event and b'"error"' not in event:
             count = _last_count(event, _COMPLETION_KEY)
             if count is not None:
                 if b"[]" in event and _NO_CHOICES.search(event):

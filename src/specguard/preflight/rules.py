@@ -9,6 +9,7 @@ Every finding names the key, the version rule and the fix.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -19,6 +20,18 @@ from specguard.vllm import knowledge as K
 SUFFIX_FIELDS = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
                  "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
 MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "n_predict")
+# Target model types that ``hf_config_override`` rewrites to deepseek_mtp (0.32).
+MTP_TARGET_TYPES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+# Methods whose ``__post_init__`` builds no draft ModelConfig (0.32): draft TP, the draft's max_model_len, its
+# quantization and dspark_draft_topk are only checked on the model-based path.
+NO_DRAFT_METHODS = {"ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states"}
+_INT_TEXT = re.compile(r"[+-]?\d+(?:_\d+)*(?:\.0+)?", re.ASCII)
+_INT64_LIMIT = 2 ** 63
+_BOOL_TEXT = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+              **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
+_EXPECTED = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "a string",
+             "floats": "a list of numbers", "schedule": "a list of [start, end, k] triples",
+             "load_config": "an object of LoadConfig fields"}
 
 
 class RuleContext(BaseModel):
@@ -32,36 +45,107 @@ class RuleContext(BaseModel):
     packages: dict[str, bool] = Field(default_factory=dict, description="optional packages known installed or not")
 
 
-def resolve_method(cfg: dict[str, Any]) -> str | None:
-    """The method vLLM would use: explicit, or detected from ``model`` as ``SpeculativeConfig.__post_init__`` does."""
+def _is_custom_class_path(model: str) -> bool:
+    """vLLM's ``SpeculativeConfig._is_custom_proposer_path`` (0.32): dotted identifiers, no URL and no '/'."""
+    if model.startswith(("http://", "https://", "file://")) or "/" in model:
+        return False
+    parts = model.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _detected_from_draft(model: str, draft_config: dict[str, Any] | None) -> str | None:
+    """The method ``__post_init__`` switches a draft to: from its name first, then from its config.json."""
+    name = model.lower()
+    for marker, detected in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
+        if marker in name:
+            return detected
+    if not draft_config:
+        return None
+    architectures = draft_config.get("architectures") or []
+    model_type = str(draft_config.get("model_type", ""))
+    if "MuseGlimmerAssistantModel" in architectures:
+        return "dflash"
+    if any(a in architectures for a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel")):
+        return "dspark"
+    if model_type in ("medusa", "mlp_speculator"):
+        return model_type
+    if model_type in K.MTP_ALIASES_0_32 or model_type in MTP_TARGET_TYPES:
+        return "mtp"
+    return None
+
+
+def resolve_method(cfg: dict[str, Any], draft_config: dict[str, Any] | None = None) -> str | None:
+    """The method vLLM would use: explicit, or detected from ``model`` as ``SpeculativeConfig.__post_init__`` does.
+
+    None when the config names neither: vLLM then defaults to draft_model without a draft (see ``_check_method``).
+    """
     method = cfg.get("method")
-    if method:
+    if method is not None:
         return str(method)
     model = cfg.get("model")
     if not isinstance(model, str) or not model:
         return None
+    if _is_custom_class_path(model):
+        return "custom_class"
     if model in ("ngram", "[ngram]"):
         return "ngram"
-    if "/" not in model and "." in model and not model.endswith((".json", ".gguf")):
-        return "custom_class"
-    name = model.lower()
-    for marker, detected in (("eagle3", "eagle3"), ("eagle-", "eagle"), ("dflash", "dflash"), ("dspark", "dspark")):
-        if marker in name:
-            return detected
-    return "draft_model"
+    return _detected_from_draft(model, draft_config) or "draft_model"
 
 
 def _int_value(value: Any) -> int | None:
-    """pydantic's lax int: ints, integral floats and digit strings pass; bools and fractions do not."""
+    """pydantic's lax int: ints, bools, integral floats below 2**63 and decimal strings ("+4", "1_000", "4.0")."""
     if isinstance(value, bool):
-        return None
+        return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < _INT64_LIMIT else None
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
+        return int(value.strip().split(".")[0])
     return None
+
+
+def _bool_value(value: Any) -> bool | None:
+    """pydantic's lax bool: true/false, 0/1 and the strings yes/no, on/off, true/false, y/n, t/f, 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _BOOL_TEXT:
+        return _BOOL_TEXT[value.lower()]
+    return None
+
+
+def _float_value(value: Any) -> float | None:
+    """pydantic's lax float: numbers, bools and numeric strings ("2.5", "inf")."""
+    if isinstance(value, (bool, int, float, str)):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def _coerce(kind: str, value: Any) -> tuple[bool, Any]:
+    """(accepted, value as pydantic leaves it) for one field of kind ``K.FIELD_TYPES``."""
+    base = kind.rstrip("?")
+    if value is None:
+        return kind.endswith("?"), None
+    if base in ("bool", "int", "float"):
+        coerced = {"bool": _bool_value, "int": _int_value, "float": _float_value}[base](value)
+        return coerced is not None, coerced
+    if base == "str":
+        return isinstance(value, str), value
+    if base == "floats":
+        items = [_float_value(x) for x in value] if isinstance(value, (list, tuple)) else [None]
+        return all(x is not None for x in items), items
+    if base == "schedule":
+        rows = [[_int_value(x) for x in row] if isinstance(row, (list, tuple)) and len(row) == 3 else [None]
+                for row in value] if isinstance(value, (list, tuple)) else [[None]]
+        return all(x is not None for row in rows for x in row), [tuple(row) for row in rows]
+    if base == "load_config":
+        return isinstance(value, dict), value
+    return True, value
 
 
 def _err(key: str, message: str, rule: str, fix: str = "") -> Finding:
@@ -91,8 +175,12 @@ def _check_keys(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> No
         if key in known:
             continue
         if key in K.INTERNAL_FIELDS:
-            out.append(_err(key, f"'{key}' is injected by the engine and must not be passed", "internal engine field",
-                            f"remove '{key}'"))
+            if K.internal_fields_overwritten(v):
+                out.append(_warn(key, f"'{key}' is injected by the engine; vLLM {vt} replaces what is passed",
+                                 "internal engine field (overwritten from 0.32)", f"remove '{key}'"))
+            else:
+                out.append(_err(key, f"'{key}' is injected by the engine and must not be passed",
+                                "internal engine field", f"remove '{key}'"))
             continue
         if K.removal_uncertain(key, v):
             out.append(_warn(key, f"'{key}' was removed around {vt}; specguard cannot confirm this release has it",
@@ -115,12 +203,68 @@ def _check_keys(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> No
             out.append(_err(key, f"unknown key '{key}' is rejected by vLLM {vt}", f"{kind}; {reason}", fix))
 
 
+def _check_types(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> dict[str, Any]:
+    """pydantic's field validation, which 0.32 runs before ``__post_init__``; the config as it leaves it.
+
+    Values it refuses are left out of the returned config, so later rules do not judge them twice. ``method`` and
+    ``num_speculative_tokens`` have rules of their own.
+    """
+    v = ctx.version
+    if v < K.TYPED_FROM:
+        return cfg
+    vt = K.version_text(v)
+    known = K.fields_for(v)
+    view = dict(cfg)
+    for key, raw in cfg.items():
+        kind = K.FIELD_TYPES.get(key)
+        if kind is None or key not in known or key in ("method", "num_speculative_tokens"):
+            continue
+        ok, value = _coerce(kind, raw)
+        minimum = K.FIELD_MINIMUMS.get(key)
+        if ok and minimum is not None and value is not None and value < minimum:
+            ok = False
+        if not ok:
+            want = _EXPECTED[kind.rstrip("?")] + (f" >= {minimum}" if minimum else "")
+            if raw is None:
+                message, fix = f"{key} cannot be null", f"remove '{key}' to get its default"
+            else:
+                message, fix = f"{key} must be {want}, got {raw!r}", f"give {want}" + (" or null" * kind.endswith("?"))
+            out.append(_err(key, message, f"pydantic validates '{key}' as {kind} in {vt}", fix))
+            view.pop(key)
+            continue
+        values = K.field_values(key, v) if key in ("kv_cache_dtype", "moe_backend", "attention_backend",
+                                                   "draft_load_config") else None
+        if values is not None and value is not None:
+            if key == "draft_load_config":
+                bad = sorted(set(value) - values)
+            elif key == "attention_backend":
+                bad = [] if value.lower() == "auto" or value.upper() in values else [value]
+            else:
+                bad = [] if value in values else [value]
+            if bad:
+                close = difflib.get_close_matches(str(bad[0]), sorted(values), n=1)
+                what = f"unknown draft_load_config key(s) {', '.join(map(str, bad))}" if key == "draft_load_config" \
+                    else f"{key}={value!r} is not accepted"
+                out.append(_err(key, f"{what} by vLLM {vt}", f"values of '{key}' in {vt}",
+                                f"did you mean '{close[0]}'?" if close else f"remove '{key}'"))
+                view.pop(key)
+                continue
+        view[key] = value
+    return view
+
+
 def _check_method(method: str | None, cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> str | None:
     v, vt = ctx.version, K.version_text(ctx.version)
     if method is None:
+        # __post_init__ defaults the method to draft_model; without a model that needs k, and k needs a model.
         if cfg.get("num_speculative_tokens") is not None:
             out.append(_err("model", "num_speculative_tokens was provided but without speculative model",
                             "a method or model is required", "set 'method' (for example \"ngram\") or 'model'"))
+        else:
+            out.append(_err("method", "the speculative config names no method and no model: vLLM takes it for "
+                            "draft_model without a draft and refuses it (num_speculative_tokens must be provided)",
+                            "method defaults to draft_model, which needs 'model' and 'num_speculative_tokens'",
+                            "{\"method\": \"ngram\", \"num_speculative_tokens\": 4}, or null for no speculation"))
         return None
     accepted = K.methods_for(v)
     if method not in accepted:
@@ -157,7 +301,22 @@ def _has_mtp_layers(config: dict[str, Any] | None) -> bool | None:
     if config is None:
         return None
     text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
-    return any(int(text.get(k) or 0) > 0 for k in MTP_LAYER_KEYS) or str(text.get("model_type", "")).endswith("_mtp")
+    model_type = str(text.get("model_type", ""))
+    return any((_int_value(text.get(k)) or 0) > 0 for k in MTP_LAYER_KEYS) or model_type.endswith("_mtp")
+
+
+def _draft_of(canon: str, cfg: dict[str, Any], ctx: RuleContext) -> tuple[bool, dict[str, Any] | None]:
+    """Whether ``__post_init__`` builds a draft ModelConfig, and that draft's config.json when it is local.
+
+    mtp and dspark without a model use the target itself, but only when num_speculative_tokens is given.
+    """
+    if canon in NO_DRAFT_METHODS:
+        return False, None
+    if cfg.get("model") is not None:
+        return True, ctx.draft_config
+    if canon in ("mtp", "dspark") and cfg.get("num_speculative_tokens") is not None:
+        return True, ctx.target_config
+    return False, None
 
 
 def _check_model_and_k(method: str, cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> int | None:
@@ -165,12 +324,20 @@ def _check_model_and_k(method: str, cfg: dict[str, Any], ctx: RuleContext, out: 
     model = cfg.get("model")
     raw_k = cfg.get("num_speculative_tokens")
     k = _int_value(raw_k) if raw_k is not None else None
-    if raw_k is not None and k is None:
+    # From 0.32 the field is `int = Field(default=None, gt=0)`: an explicit null is validated, and refused.
+    k_given = raw_k is not None or ("num_speculative_tokens" in cfg and ctx.version >= K.TYPED_FROM)
+    if raw_k is None and k_given:
+        out.append(_err("num_speculative_tokens", "num_speculative_tokens cannot be null",
+                        "int field (gt=0) without '| None'", "remove it or give a whole number such as 4"))
+    elif raw_k is not None and k is None:
         out.append(_err("num_speculative_tokens", f"num_speculative_tokens must be an integer, got {raw_k!r}",
                         "int field (gt=0)", "a whole number such as 4"))
     elif k is not None and k <= 0:
         out.append(_err("num_speculative_tokens", f"num_speculative_tokens must be greater than 0, got {k}",
                         "int field (gt=0)", "a whole number such as 4"))
+    elif isinstance(raw_k, bool):
+        out.append(_warn("num_speculative_tokens", f"num_speculative_tokens={raw_k} is read as {k}",
+                         "pydantic's lax int accepts booleans", f"write {k}"))
     needs_model = canon in {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "custom_class"}
     if canon == "custom_class" and not model:
         out.append(_err("model", "method='custom_class' requires 'model' to contain the custom proposer module path",
@@ -183,20 +350,40 @@ def _check_model_and_k(method: str, cfg: dict[str, Any], ctx: RuleContext, out: 
         out.append(_err("method", "MTP uses the target's own MTP layers, and this target has none",
                         "Unsupported speculative method for a target without MTP layers",
                         "use a model with MTP heads (DeepSeek-V3, Qwen3-Next, ...) or another method"))
-    n_predict = _int_value((ctx.draft_config or {}).get("n_predict")) or 0
-    has_n_predict = n_predict > 0
-    if has_n_predict and k is not None and k > n_predict and k % n_predict:
+    loads, draft = _draft_of(canon, cfg, ctx)
+    if loads and model in ("ngram", "[ngram]"):
+        out.append(_err("model", f"model '{model}' names the n-gram method; with method '{method}' vLLM tries to "
+                        f"load a draft model called '{model}'", "'ngram' is a model only when the method is ngram",
+                        "\"method\": \"ngram\" without 'model', or the draft's directory as 'model'"))
+    elif loads and isinstance(model, str) and canon in ("mtp", "mlp_speculator") and draft is not None \
+            and _detected_from_draft(model, draft) is None and not _has_mtp_layers(draft):
+        out.append(_err("method", f"method '{method}' needs a {canon} checkpoint, and the draft's config.json "
+                        f"(model_type '{draft.get('model_type')}') is not one", "Unsupported speculative method: "
+                        "an explicit mtp/mlp_speculator method is checked against the draft's model_type",
+                        "\"method\": \"draft_model\" for an ordinary draft model"))
+    n_predict = _int_value((draft or {}).get("n_predict")) or 0 if loads else 0
+    if canon == "mtp" and loads and not n_predict:
+        n_predict = max((_int_value((draft or {}).get(key)) or 0) for key in MTP_LAYER_KEYS)
+    if canon != "dspark" and n_predict > 0 and k is not None and k > n_predict and k % n_predict:
         out.append(_err("num_speculative_tokens", f"num_speculative_tokens:{k} must be divisible by n_predict={n_predict}",
                         "k above the draft's n_predict must be a multiple of it", f"use {n_predict} or a multiple"))
-    if raw_k is None and canon not in {"suffix", "dspark"} and not has_n_predict and not (canon == "mtp" and not model):
+    if k_given or canon == "suffix":
+        return k
+    if canon == "dspark" and loads:
+        if draft is not None and not any(draft.get(key) for key in ("block_size", "dspark_block_size")):
+            out.append(_err("num_speculative_tokens", "num_speculative_tokens is required for method 'dspark' when "
+                            "the draft config has no block_size", "dspark defaults k to the draft's block_size",
+                            "add \"num_speculative_tokens\" (the draft's trained block size)"))
+    elif not (n_predict > 0 and canon != "dspark"):
         out.append(_err("num_speculative_tokens", f"num_speculative_tokens is required for method '{method}'",
-                        "required unless the draft config has n_predict, or the method is suffix or dspark",
-                        "add \"num_speculative_tokens\": 4 (n-gram) or 3 to 5 (draft model)"))
+                        "required unless the draft config has n_predict (block_size for dspark), or the method is "
+                        "suffix", "add \"num_speculative_tokens\": 4 (n-gram) or 3 to 5 (draft model)"))
     return k
 
 
-def _check_method_fields(method: str, cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> None:
+def _check_method_fields(method: str, cfg: dict[str, Any], ctx: RuleContext, loads: bool, out: list[Finding]) -> None:
     canon = K.canonical_method(method)
+    v = ctx.version
     for key in ("prompt_lookup_min", "prompt_lookup_max"):
         if key in cfg and canon not in {"ngram", "ngram_gpu"}:
             out.append(_warn(key, f"'{key}' is only used by ngram; method '{method}' ignores it",
@@ -205,13 +392,36 @@ def _check_method_fields(method: str, cfg: dict[str, Any], ctx: RuleContext, out
         if key in cfg and canon != "suffix":
             out.append(_warn(key, f"'{key}' is only used by suffix; method '{method}' ignores it",
                              "suffix_decoding_* are suffix fields", f"remove '{key}'"))
+    if canon == "suffix":
+        _check_suffix(cfg, out)
     if cfg.get("parallel_drafting") and canon not in K.EAGLE_LIKE | {"draft_model", "dspark"}:
         out.append(_warn("parallel_drafting", f"parallel_drafting applies to EAGLE and draft_model, not '{method}'",
                          "parallel drafting is P-EAGLE / PARD", "remove 'parallel_drafting'"))
-    if cfg.get("index_share_for_mtp_iteration") and canon != "mtp":
+    # `if self.index_share_for_mtp_iteration is not None` (0.32): false counts as set.
+    if cfg.get("index_share_for_mtp_iteration") is not None and canon != "mtp":
         out.append(_err("index_share_for_mtp_iteration", "index_share_for_mtp_iteration is only supported with method='mtp'",
                         "mtp-only field (0.30+)", "remove it or use method mtp"))
-    if cfg.get("draft_lm_head_quantization") and canon not in {"eagle", "eagle3", "mtp"}:
+    if cfg.get("dspark_draft_topk") is not None and canon != "dspark" and loads:
+        out.append(_err("dspark_draft_topk", "dspark_draft_topk is only supported by DSpark",
+                        "checked on the model-based path (0.25+)", "remove 'dspark_draft_topk'"))
+    adaptive = _bool_value(cfg.get("enable_adaptive_verification", False))
+    if adaptive and _bool_value(cfg.get("use_local_argmax_reduction", False)) and canon != "dspark":
+        out.append(_err("enable_adaptive_verification", "adaptive verification needs the draft logits, which "
+                        "use_local_argmax_reduction never materializes", "adaptive verification rule (0.32)",
+                        "disable one of them"))
+    if K.needs_v2_model_runner(v) and (canon == "dspark" or adaptive):
+        what = "dspark speculative decoding" if canon == "dspark" else "adaptive draft verification"
+        out.append(_warn("method" if canon == "dspark" else "enable_adaptive_verification",
+                         f"{what} runs only on Model Runner V2; vLLM {K.version_text(v)} refuses it where the V1 runner "
+                         "is used (no Triton, or VLLM_USE_V2_MODEL_RUNNER=0)", "Model Runner V1 does not support it",
+                         "check that the host runs Model Runner V2"))
+    lm_head = cfg.get("draft_lm_head_quantization")
+    lm_head_values = K.field_values("draft_lm_head_quantization", v)
+    if lm_head is not None and lm_head_values is not None \
+            and (not isinstance(lm_head, str) or lm_head not in lm_head_values):
+        out.append(_err("draft_lm_head_quantization", f"draft_lm_head_quantization={lm_head!r} is not accepted",
+                        "literal \"fp8\" | \"nvfp4\" (0.33)", "\"fp8\" or \"nvfp4\""))
+    elif lm_head and canon not in {"eagle", "eagle3", "mtp"}:
         out.append(_err("draft_lm_head_quantization", "draft_lm_head_quantization is only for eagle, eagle3 and mtp",
                         "0.33 field for EAGLE/MTP heads", "remove it"))
     if cfg.get("use_heterogeneous_vocab"):
@@ -227,6 +437,19 @@ def _check_method_fields(method: str, cfg: dict[str, Any], ctx: RuleContext, out
         if cfg.get("draft_sample_method", "greedy") != "greedy":
             out.append(_err("draft_sample_method", "use_heterogeneous_vocab only supports greedy draft sampling",
                             "heterogeneous vocab rule (0.25+)", "\"draft_sample_method\": \"greedy\""))
+
+
+def _check_suffix(cfg: dict[str, Any], out: list[Finding]) -> None:
+    """``_validate_suffix_decoding`` (0.12+), after the Arctic Inference import."""
+    limits = {"suffix_decoding_max_tree_depth": (1, None), "suffix_decoding_max_cached_requests": (0, None),
+              "suffix_decoding_max_spec_factor": (0, None), "suffix_decoding_min_token_prob": (0, 1)}
+    for key, (low, high) in limits.items():
+        if key not in cfg:
+            continue
+        value = _float_value(cfg[key])
+        if value is None or not (low <= value and (high is None or value <= high)):  # NaN fails, as in vLLM
+            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+            out.append(_err(key, f"{key}={cfg[key]!r} must be {bounds}", "suffix decoding ranges", f"a value {bounds}"))
 
 
 def _check_ngram(cfg: dict[str, Any], out: list[Finding]) -> None:
@@ -247,14 +470,17 @@ def _check_ngram(cfg: dict[str, Any], out: list[Finding]) -> None:
                         "min <= max (unset ones copy the other; both unset means 5)", "swap them"))
 
 
-def _check_draft(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> None:
+def _check_draft(method: str, cfg: dict[str, Any], ctx: RuleContext, loads: bool, draft: dict[str, Any] | None,
+                 out: list[Finding]) -> None:
+    """Draft TP, max_model_len, quantization and vocabulary: only looked at where a draft ModelConfig is built."""
     v = ctx.version
     dtp = cfg.get("draft_tensor_parallel_size")
-    if dtp is not None and _int_value(dtp) not in (1, ctx.tensor_parallel_size):
+    if loads and dtp is not None and _int_value(dtp) not in (1, ctx.tensor_parallel_size):
         out.append(_err("draft_tensor_parallel_size", f"draft_tensor_parallel_size={dtp} cannot be other value than 1 "
                         f"or target model tensor_parallel_size ({ctx.tensor_parallel_size})", "draft TP is 1 or target TP",
                         "\"draft_tensor_parallel_size\": 1"))
-    if "tensor_parallel_size" in cfg:
+    # `if self.tensor_parallel_size is not None` in _verify_args: an explicit null passes.
+    if cfg.get("tensor_parallel_size") is not None:
         if K.tensor_parallel_trap(v):
             out.append(_err("tensor_parallel_size", "'tensor_parallel_size' is not a valid argument in the "
                             "speculative_config", "rejected from 0.15.0", "use 'draft_tensor_parallel_size'"))
@@ -265,18 +491,27 @@ def _check_draft(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> N
     if mml is not None:
         value = _int_value(mml)
         limits = [(n, lim) for n, lim in (("target", ctx.target_max_model_len),
-                                          ("draft", (ctx.draft_config or {}).get("max_position_embeddings"))) if lim]
+                                          ("draft", _int_value((draft or {}).get("max_position_embeddings")))) if lim]
         if value is None or value < 1:
             out.append(_err("max_model_len", f"max_model_len must be an integer >= 1, got {mml!r}", "int field (ge=1)"))
-        else:
+        elif loads:
             for name, limit in limits:
                 if value > int(limit):
                     out.append(_err("max_model_len", f"speculative max_model_len={value} cannot be larger than the "
                                     f"{name}'s {limit}", "draft max_model_len <= draft and target max len",
                                     f"\"max_model_len\": {limit} or remove it"))
+    quantization = cfg.get("quantization")
+    known_quantization = K.field_values("quantization", v)
+    # ModelConfig lowercases it (validate_quantization_before) before looking it up.
+    if loads and isinstance(quantization, str) and known_quantization is not None \
+            and quantization.lower() not in known_quantization:
+        close = difflib.get_close_matches(quantization, sorted(known_quantization), n=1)
+        out.append(_err("quantization", f"Unknown quantization method: {quantization} (the draft's ModelConfig "
+                        f"refuses it in {K.version_text(v)})", "quantization methods of the release",
+                        f"use '{close[0]}'" if close else "remove 'quantization'"))
     target_vocab = (ctx.target_config or {}).get("vocab_size")
     draft_vocab = (ctx.draft_config or {}).get("vocab_size")
-    if resolve_method(cfg) == "draft_model" and target_vocab and draft_vocab and target_vocab != draft_vocab \
+    if K.canonical_method(method) == "draft_model" and target_vocab and draft_vocab and target_vocab != draft_vocab \
             and not cfg.get("use_heterogeneous_vocab"):
         out.append(_err("model", f"target and draft vocabularies differ ({target_vocab} vs {draft_vocab})",
                         "draft_model needs the same vocabulary size",
@@ -286,9 +521,15 @@ def _check_draft(cfg: dict[str, Any], ctx: RuleContext, out: list[Finding]) -> N
 def _check_sampling(cfg: dict[str, Any], k: int | None, ctx: RuleContext, out: list[Finding]) -> None:
     method = cfg.get("rejection_sample_method", "standard")
     allowed = K.rejection_sample_methods(ctx.version)
-    if "rejection_sample_method" in cfg and method not in allowed:
-        out.append(_err("rejection_sample_method", f"rejection_sample_method '{method}' is not accepted by "
+    if "rejection_sample_method" in cfg and (not isinstance(method, str) or method not in allowed):
+        out.append(_err("rejection_sample_method", f"rejection_sample_method {method!r} is not accepted by "
                         f"{K.version_text(ctx.version)}", "values by version", "one of: " + ", ".join(sorted(allowed))))
+    draft_sampling = cfg.get("draft_sample_method")
+    draft_values = K.field_values("draft_sample_method", ctx.version)
+    if "draft_sample_method" in cfg and draft_values is not None \
+            and (not isinstance(draft_sampling, str) or draft_sampling not in draft_values):
+        out.append(_err("draft_sample_method", f"draft_sample_method {draft_sampling!r} is not accepted",
+                        "literal 'greedy' | 'probabilistic' (0.25+)", "\"greedy\" or \"probabilistic\""))
     if method == "fly" and method in allowed and k is not None:
         if k < 2:
             out.append(_err("num_speculative_tokens", "FLy rejection needs num_speculative_tokens >= 2",
@@ -309,23 +550,39 @@ def _check_sampling(cfg: dict[str, Any], k: int | None, ctx: RuleContext, out: l
                         "synthetic_acceptance_rates or synthetic_acceptance_length", "synthetic sampling rule",
                         "give one of the two"))
     if rates is not None:
-        if k is not None and len(rates) != k:
+        parsed = [_float_value(r) for r in rates] if isinstance(rates, (list, tuple)) else [None]
+        numbers = [r for r in parsed if r is not None]
+        if len(numbers) != len(parsed):
+            out.append(_err("synthetic_acceptance_rates", f"synthetic_acceptance_rates must be a list of numbers, "
+                            f"got {rates!r}", "list[float] field", "[0.9, 0.8, 0.7, 0.6]"))
+            numbers = []
+        elif k is not None and len(numbers) != k:
             out.append(_err("synthetic_acceptance_rates", f"synthetic_acceptance_rates must have length {k}",
                             "one rate per draft position", f"give {k} rates"))
-        if any(not 0 <= r <= 1 for r in rates):
+        if any(not 0 <= r <= 1 for r in numbers):
             out.append(_err("synthetic_acceptance_rates", "entries must be in [0, 1]", "synthetic sampling rule"))
-        if any(b > a for a, b in zip(rates, rates[1:])):
+        if any(b > a for a, b in zip(numbers, numbers[1:])):
             out.append(_err("synthetic_acceptance_rates", f"synthetic_acceptance_rates must be non-increasing, got {rates}",
                             "synthetic sampling rule", "sort them in decreasing order"))
-    if length is not None and k is not None and not 1 <= float(length) <= k + 1:
-        out.append(_err("synthetic_acceptance_length", f"synthetic_acceptance_length must be in [1, {k + 1}]",
-                        "synthetic sampling rule", f"a value between 1 and {k + 1}"))
+    if length is not None:
+        value = _float_value(length)
+        if value is None:
+            out.append(_err("synthetic_acceptance_length", f"synthetic_acceptance_length must be a number, got "
+                            f"{length!r}", "float field", "a value such as 2.5"))
+        elif k is not None and not 1 <= value <= k + 1:
+            out.append(_err("synthetic_acceptance_length", f"synthetic_acceptance_length must be in [1, {k + 1}]",
+                            "synthetic sampling rule", f"a value between 1 and {k + 1}"))
 
 
 def check_config(cfg: Any, ctx: RuleContext) -> list[Finding]:
     """Findings for one speculative config against release ``ctx.version``; an error means vLLM refuses it."""
     out: list[Finding] = []
     vt = K.version_text(ctx.version)
+    if cfg is None:
+        # create_speculative_config: `if self.speculative_config is None: return None`.
+        return [_warn("speculative_config", "the speculative config is null: vLLM runs without speculative decoding",
+                      "speculative_config=None turns speculation off",
+                      "{\"method\": \"ngram\", \"num_speculative_tokens\": 4} to turn it on")]
     if not isinstance(cfg, dict):
         return [_err("speculative_config", f"the speculative config must be a JSON object, got {type(cfg).__name__}",
                      "--speculative-config takes a JSON object", "{\"method\": \"ngram\", \"num_speculative_tokens\": 4}")]
@@ -337,13 +594,15 @@ def check_config(cfg: Any, ctx: RuleContext) -> list[Finding]:
                            message=f"specguard's tables for {vt} are interpolated between 0.25 and 0.30"))
     cfg = _normalise_keys(cfg, ctx.version, out)
     _check_keys(cfg, ctx, out)
-    method = _check_method(resolve_method(cfg), cfg, ctx, out)
+    cfg = _check_types(cfg, ctx, out)
+    method = _check_method(resolve_method(cfg, ctx.draft_config), cfg, ctx, out)
     if method is None:
         return out
     k = _check_model_and_k(method, cfg, ctx, out)
-    _check_method_fields(method, cfg, ctx, out)
+    loads, draft = _draft_of(K.canonical_method(method), cfg, ctx)
+    _check_method_fields(method, cfg, ctx, loads, out)
     if K.canonical_method(method) in {"ngram", "ngram_gpu"}:
         _check_ngram(cfg, out)
-    _check_draft(cfg, ctx, out)
+    _check_draft(method, cfg, ctx, loads, draft, out)
     _check_sampling(cfg, k, ctx, out)
     return out

@@ -1,10 +1,30 @@
-"""A scripted OpenAI-compatible streaming server, for exact timing checks and fault injection.
+"""A fake OpenAI-compatible streaming server, for exact timing checks and fault injection.
 
 Not a stand-in for vLLM: it generates no text worth reading. It sends each
 response's chunks at scheduled times with known token counts and logs, per
 request, the monotonic time at which each chunk was handed to the kernel, so
 a client's timestamps can be checked against the truth. In flood mode it sends
 as fast as it can, for measuring how much a client can ingest.
+
+With ``fault`` set, every ``fault_every``-th request (1-based, in the order
+they arrive, warm-up requests included) fails the way a real server can:
+
+  hang             after ``fault_after_chunks`` chunks, send nothing more and hold the
+                   connection open until the client gives up (with 0: never answer at all)
+  drop             close the connection after ``fault_after_chunks`` chunks
+  http_500         HTTP 500 with a vLLM-style JSON error body, no stream
+  wrong_model_404  HTTP 404 with vLLM's "model does not exist" body for any model but
+                   the served name (always, whatever ``fault_every``); /v1/models still
+                   lists only the served name
+  malformed_sse    one non-JSON ``data:`` line after ``fault_after_chunks`` chunks; the
+                   stream then goes on to its end
+  no_done          the stream ends without ``data: [DONE]``
+  no_usage         no usage in any event (like ``usage="none"``, but per request)
+  error_event      after ``fault_after_chunks`` chunks, an ``{"error": {...}}`` event and
+                   then ``data: [DONE]``, as vLLM ends a stream that failed mid-way
+
+Every request is logged (faulty ones too, with the fault named and the chunks
+sent before it). Without ``fault`` the behaviour is the plain scripted stream.
 
 Run: python -m specguard.simulation.scripted_server --port P --log FILE [options]
 """
@@ -16,10 +36,16 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, model_validator
+
+SERVED_NAME = "scripted"
+Fault = Literal["hang", "drop", "http_500", "wrong_model_404", "malformed_sse", "no_done", "no_usage", "error_event"]
+# Faults that strike part-way through a stream, after fault_after_chunks chunks.
+_MID_STREAM = {"hang", "drop", "malformed_sse", "error_event"}
+HOLD_POLL_S = 0.05
 
 
 class Script(BaseModel):
@@ -31,6 +57,15 @@ class Script(BaseModel):
     flood_batch: int = 16
     metrics: str = "new"  # new | old | none | garbage
     usage: str = "continuous"  # continuous (every chunk) | final (last event only) | none
+    fault: Fault | None = None
+    fault_after_chunks: int = Field(default=2, ge=0)
+    fault_every: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _flood_has_no_faults(self) -> Script:
+        if self.flood and self.fault is not None:
+            raise ValueError("flood mode takes no fault")
+        return self
 
 
 class ChunkLog(BaseModel):
@@ -39,6 +74,7 @@ class ChunkLog(BaseModel):
     chunk_sent: list[float]  # monotonic time just before each chunk was written
     chunk_tokens: list[int]
     authorized: bool = False
+    fault: str | None = None  # left out of the log line when None
 
 
 class ScriptedServer:
@@ -47,6 +83,8 @@ class ScriptedServer:
         self.log = log_path.open("a", encoding="utf-8") if log_path else None
         self.finished = 0
         self.generated = 0
+        self.received = 0
+        self.closing = False  # set at shutdown, so that a hung request lets the server stop at once
 
     def metrics_text(self) -> str:
         if self.script.metrics == "garbage":
@@ -71,17 +109,35 @@ class ScriptedServer:
         chat = request.path.endswith("/chat/completions")
         rid = request.headers.get("X-Request-Id", "")
         start = time.monotonic()
+        s = self.script
+        self.received += 1
+        fault = self._fault_for(body)
+        if fault == "wrong_model_404":
+            self._log(request, rid, start, [], [], fault)
+            return web.json_response(_error_body(
+                f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404, param="model"), status=404)
+        if fault == "http_500":
+            self._log(request, rid, start, [], [], fault)
+            return web.json_response(_error_body("scripted fault http_500", "InternalServerError", 500), status=500)
+        if fault == "hang" and s.fault_after_chunks == 0:
+            await self._hold(request)  # no status line at all; the client's timeout ends it
+            self._log(request, rid, start, [], [], fault)
+            return web.Response()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        s = self.script
         n = min(s.chunks, int(body.get("max_tokens") or s.chunks))
         if s.flood:
             await self._flood(resp, rid, n, chat)
             return resp
+        usage = "none" if fault == "no_usage" else s.usage
+        strike = min(s.fault_after_chunks, n) if fault in _MID_STREAM else -1
         sent: list[float] = []
         tokens: list[int] = []
         total = 0
         for i in range(n):
+            if i == strike and await self._strike(fault, request, resp, i):
+                self._log(request, rid, start, sent, tokens, fault)
+                return resp
             target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
             delay = target - time.monotonic()
             if delay > 0:
@@ -97,7 +153,7 @@ class ScriptedServer:
             if i == n - 1:
                 choice["finish_reason"] = "length"
             event: dict[str, Any] = {"id": rid, "choices": [choice]}
-            if s.usage == "continuous":
+            if usage == "continuous":
                 event["usage"] = {"prompt_tokens": 8, "completion_tokens": total}
             data = b"data: " + json.dumps(event).encode() + b"\n\n"
             # Stamped just before the write: no client can see the chunk earlier, whatever the scheduler
@@ -105,19 +161,64 @@ class ScriptedServer:
             sent.append(time.monotonic())
             await resp.write(data)
             tokens.append(k)
-        if s.usage != "none":
+        if strike == n and await self._strike(fault, request, resp, n):
+            self._log(request, rid, start, sent, tokens, fault)
+            return resp
+        if usage != "none":
             final = {"id": rid, "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": total}}
             await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
+        if fault != "no_done":
+            await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         self.finished += 1
         self.generated += total
-        if self.log is not None:
-            self.log.write(ChunkLog(
-                request_id=rid, start=start, chunk_sent=sent, chunk_tokens=tokens,
-                authorized=request.headers.get("Authorization", "").startswith("Bearer ")).model_dump_json() + "\n")
-            self.log.flush()
+        self._log(request, rid, start, sent, tokens, fault)
         return resp
+
+    def _fault_for(self, body: dict[str, Any]) -> Fault | None:
+        """This request's fault: the script's on every fault_every-th request; a wrong model always, with 404."""
+        s = self.script
+        if s.fault == "wrong_model_404":
+            return s.fault if body.get("model") != SERVED_NAME else None
+        return s.fault if s.fault is not None and self.received % s.fault_every == 0 else None
+
+    async def _strike(self, fault: Fault | None, request: web.Request, resp: web.StreamResponse, after: int) -> bool:
+        """Inject a mid-stream fault after ``after`` chunks; True when the stream ends here."""
+        if fault == "malformed_sse":
+            await resp.write(b"data: {this is not json\n\n")
+            return False
+        if fault == "error_event":
+            err = _error_body(f"scripted fault error_event after {after} chunks", "InternalServerError", 500)
+            await resp.write(b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n")
+            await resp.write_eof()
+            return True
+        if fault == "drop":
+            # close() sends what is buffered, then FIN: the chunked body is left unterminated.
+            if request.transport is not None:
+                request.transport.close()
+            return True
+        if fault == "hang":
+            await self._hold(request)
+            return True
+        return False
+
+    async def _hold(self, request: web.Request) -> None:
+        """Send nothing and keep the connection open until the client closes it (or the server stops)."""
+        while not self.closing and request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(HOLD_POLL_S)
+
+    async def _on_shutdown(self, _: web.Application) -> None:
+        self.closing = True
+
+    def _log(self, request: web.Request, rid: str, start: float, sent: list[float], tokens: list[int],
+             fault: Fault | None) -> None:
+        if self.log is None:
+            return
+        self.log.write(ChunkLog(
+            request_id=rid, start=start, chunk_sent=sent, chunk_tokens=tokens,
+            authorized=request.headers.get("Authorization", "").startswith("Bearer "),
+            fault=fault).model_dump_json(exclude_none=True) + "\n")
+        self.log.flush()
 
     async def _flood(self, resp: web.StreamResponse, rid: str, n: int, chat: bool) -> None:
         """n one-token events as fast as the socket takes them, several per write; no per-chunk log."""
@@ -142,7 +243,7 @@ class ScriptedServer:
         return web.Response(text=self.metrics_text(), content_type="text/plain")
 
     async def models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": SERVED_NAME, "object": "model"}]})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="")
@@ -158,7 +259,13 @@ class ScriptedServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/version", self.version)
+        app.on_shutdown.append(self._on_shutdown)
         return app
+
+
+def _error_body(message: str, kind: str, code: int, param: str | None = None) -> dict[str, Any]:
+    """vLLM's error shape, for HTTP errors and for an error event in a stream."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def main() -> None:

