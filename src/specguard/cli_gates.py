@@ -12,8 +12,8 @@ import typer
 
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
-from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError
-from specguard.validation import check_base_url, finite
+from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError, UsageError
+from specguard.validation import check_base_url, finite, input_path, output_file, text_option
 
 
 def api_key_from_env(env_name: str | None) -> str | None:
@@ -34,6 +34,31 @@ def url_option(value: str | None, option: str = "--url") -> str | None:
         return check_base_url(value)
     except ValueError as exc:
         raise OptionError(f"{option} {value}: {exc}") from exc
+
+
+def version_option(value: str | None, option: str = "--vllm-version") -> str | None:
+    """A vLLM version option: MAJOR.MINOR[.PATCH] with an optional suffix (0.32.0, 0.11.0rc1, 0.32.0+cpu)."""
+    import re
+
+    from specguard.vllm import knowledge as K
+
+    if value is None:
+        return None
+    if not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
+        raise OptionError(f"{option} {value!r}: expected a vLLM version MAJOR.MINOR.PATCH, such as 0.32.0")
+    K.parse_version(value)
+    return value
+
+
+def tokenizer_option(path: Path | None, option: str = "--tokenizer") -> Path | None:
+    """A local tokenizer: a directory holding tokenizer.json, or that file itself."""
+    if path is None:
+        return None
+    if not path.exists():
+        raise OptionError(f"{option} {path}: not found")
+    if path.is_dir() and not (path / "tokenizer.json").is_file():
+        raise OptionError(f"{option} {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
+    return path
 
 
 def refuse_existing(paths: list[Path], option: str) -> None:
@@ -77,6 +102,13 @@ def preflight(
     from specguard.preflight.render import print_preflight
     from specguard.preflight.run import load_command, load_config, run_preflight
 
+    version_option(vllm_version)
+    input_path(python, "--python")
+    input_path(vllm, "--vllm")
+    input_path(target, "--target", directory=True)
+    text_option(config, "--config")
+    text_option(command, "--command")
+    url_option(url)
     cfg = load_config(config) if config is not None else None
     argv = load_command(command) if command is not None else None
     report = run_preflight(python=python, vllm=vllm, vllm_version=vllm_version, config=cfg, command=argv,
@@ -118,12 +150,15 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
+    from specguard.planning.catalog import resolve_gpu
+    from specguard.planning.memory_plan import kv_dtype_bytes, weight_bits
     from specguard.planning.render import print_plan
     from specguard.planning.run import PLAN_OPTIONS, PlanRequest, build_plan
     from specguard.validation import options
 
     if (prompt_len is None) != (output_len is None):
         raise OptionError("--prompt-len and --output-len go together")
+    version_option(vllm_version)
     request = options(PlanRequest, dict(
         target=target, gpu=gpu, gpu_memory_gib=gpu_memory_gib, kv_cache_memory_gib=kv_cache_memory_gib,
         tensor_parallel_size=tp, draft=draft, method=method, draft_layers=draft_layers, draft_tensor_parallel_size=draft_tp,
@@ -131,6 +166,16 @@ def plan(
         gpu_memory_utilization=gpu_memory_utilization, non_kv_reserve_gib=non_kv_reserve_gib, max_model_len=max_model_len,
         block_size=block_size, prompt_len=prompt_len, output_len=output_len, expected_concurrency=expected_concurrency,
         gate1=gate1, vllm_version=vllm_version, url=url), PLAN_OPTIONS)
+    resolve_gpu(request.gpu, request.gpu_memory_gib)  # an unknown --gpu is refused before --url is asked
+    try:
+        if dtype is not None:
+            weight_bits(dtype)
+    except UsageError as exc:
+        raise OptionError(f"--dtype {dtype}: {exc}") from exc
+    try:
+        kv_dtype_bytes(kv_cache_dtype, "bfloat16")
+    except UsageError as exc:
+        raise OptionError(f"--kv-cache-dtype {kv_cache_dtype}: {exc}") from exc
     report = build_plan(request, api_key_from_env(api_key_env))
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -165,9 +210,14 @@ def inventory(
 
     if url is None and command is None and plan_path is None:
         raise OptionError("give --url (a running server), --command (its launch line) or --plan with --arm")
+    if arm is not None and plan_path is None:
+        raise OptionError("--arm goes with --plan (which check plan's arm to record)")
     url_option(url)
+    text_option(command, "--command")
+    text_option(config, "--config")
     if not force:
         refuse_existing([out_path], "--out")
+    output_file(out_path, "--out")
     args = load_command(command) if command is not None else None
     if plan_path is not None:
         launch_args, endpoint_url = _plan_arm(plan_path, arm)
@@ -258,6 +308,7 @@ def assess(
     from specguard.workload.assess import NO_LIMIT
     from specguard.workload.assess import assess as run_assess
     from specguard.workload.candidacy import LoadFacts
+    from specguard.workload.importers import SkipCounter, read_log
     from specguard.workload.next_check import PLAN_FILES, write_check_plan
     from specguard.workload.render import print_assessment
     from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer
@@ -265,12 +316,15 @@ def assess(
     if (tokenizer is None) == (url is None):
         raise OptionError("give exactly one of --tokenizer DIR or --url URL")
     url_option(url)
+    tokenizer_option(tokenizer)
     finite(capacity_rps, "--capacity-rps", positive=True)
     if write_plan is not None and target_model is None:
         raise OptionError("--write-plan needs --target-model (the model the plan launches)")
     if not force:
         refuse_existing([write_plan / name for name in PLAN_FILES] if write_plan else [], "--write-plan")
         refuse_existing([requests_out] if requests_out else [], "--requests-out")
+    if requests_out is not None:
+        output_file(requests_out, "--requests-out")
     rules = []
     for rule in segment_rule or []:
         name, sep, pattern = rule.partition("=")
@@ -284,17 +338,31 @@ def assess(
     if bench_run is not None and capacity_rps is None:
         load.capacity_rps = load_or_recompute_summary(bench_run).request_rate
     if plan_json is not None:
+        plan_text = read_input_text(plan_json, "plan JSON")
         try:
-            plan = json.loads(read_input_text(plan_json, "plan JSON"))
+            plan = json.loads(plan_text)
             load.capacity_concurrency = plan["speculative"]["max_concurrency"]
             load.plan_warnings = list(plan.get("warnings", []))
         except (ValueError, KeyError, TypeError) as exc:
             raise OptionError(f"--plan-json {plan_json}: not a 'specguard plan --json' result ({exc})") from exc
-    tok = LocalTokenizer(tokenizer) if tokenizer else ServerTokenizer(str(url), model, api_key_from_env(api_key_env))
+    if tokenizer is not None:
+        try:
+            tok: LocalTokenizer | ServerTokenizer = LocalTokenizer(tokenizer)
+        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise OptionError(f"--tokenizer {tokenizer}: cannot load its tokenizer.json ({exc})") from exc
+    else:
+        tok = ServerTokenizer(str(url), model, api_key_from_env(api_key_env))
+        for _ in read_log(log, log_format.value, SkipCounter() if skip_bad else None):
+            pass  # every line is checked before the first request goes to the server's /tokenize
     items: list[dict[str, object]] = []
-    report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format.value, skip_bad=skip_bad,
-                        rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
-                        collect=items, requests_out=requests_out)
+    try:
+        report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format.value, skip_bad=skip_bad,
+                            rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
+                            collect=items, requests_out=requests_out)
+    except BaseException:
+        if requests_out is not None:
+            requests_out.unlink(missing_ok=True)  # a failed assessment leaves no half-written replay behind
+        raise
     if write_plan is not None:
         path = write_check_plan(report, items, write_plan, str(target_model), max_model_len)
         report.check_plan = str(path) if path else None

@@ -54,9 +54,15 @@ def describe(exc: ValidationError, names: Mapping[str, str] | None = None) -> li
         name = (names or {}).get(loc, f"key '{loc}'" if loc else "")
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
         got = e.get("input")
-        shown = "" if e["type"] in ("extra_forbidden", "missing") or isinstance(got, dict | list) else f" (got {got!r})"
+        # json_invalid's input is the whole document: the message already says where it breaks
+        quiet = e["type"] in ("extra_forbidden", "missing", "json_invalid") or isinstance(got, dict | list)
+        shown = "" if quiet else f" (got {_shorten(repr(got))})"
         lines.append(f"{name}: {msg}{shown}" if name else f"{msg}{shown}")
     return lines
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def options(model: type[M], values: Mapping[str, Any], names: Mapping[str, str]) -> M:
@@ -80,12 +86,18 @@ def finite(value: float | None, option: str, *, positive: bool = False, minimum:
     return value
 
 
+def _a_file(what: str) -> str:
+    """``a prompt file``, ``an inventory file``: the article, and ``file`` only where ``what`` lacks it."""
+    noun = what if what.endswith("file") else f"{what} file"
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def read_input_bytes(path: Path, what: str) -> bytes:
     """A file's bytes, or one line saying exactly why not: missing, a directory, unreadable, or empty."""
     if not path.exists():
         raise InputFileError(f"{path}: {what} not found")
     if path.is_dir():
-        raise InputFileError(f"{path}: is a directory; expected a {what} file")
+        raise InputFileError(f"{path}: is a directory; expected {_a_file(what)}")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -113,3 +125,33 @@ def check_text_head(path: Path, head: bytes, what: str) -> None:
         raise InputFileError(f"{path}: the {what} is UTF-16; save it as UTF-8")
     if b"\x00" in head:
         raise InputFileError(f"{path}: the {what} is a binary file (it holds NUL bytes); expected UTF-8 text")
+
+
+def text_option(value: str | None, option: str) -> str | None:
+    """A text option (JSON, a command line, a path) that was given must say something."""
+    if value is not None and not value.strip():
+        raise OptionError(f"{option}: expected a value, got an empty string")
+    return value
+
+
+def input_path(path: Path | None, option: str, *, directory: bool = False) -> Path | None:
+    """A path option that must exist: a file, or with ``directory`` a directory; one line naming it otherwise."""
+    if path is None:
+        return None
+    if not path.exists():
+        raise OptionError(f"{option} {path}: not found")
+    if directory and not path.is_dir():
+        raise OptionError(f"{option} {path}: not a directory; expected a directory")
+    if not directory and path.is_dir():
+        raise OptionError(f"{option} {path}: is a directory; expected a file")
+    return path
+
+
+def output_file(path: Path, option: str) -> Path:
+    """A file this command will write: not a directory, and in a directory that exists."""
+    if path.is_dir():
+        raise OptionError(f"{option} {path}: is a directory; expected a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        raise OptionError(f"{option} {path}: the directory {parent} does not exist")
+    return path

@@ -109,3 +109,26 @@ def test_interrupted_check_resumes_to_the_same_verdict(scripted, tmp_path):
     assert r.returncode == 2 and "--force" in r.stderr
     r = specguard("report", str(cut), "--force")
     assert r.returncode == expected[1] and decision(cut) == expected
+
+
+def test_a_plan_is_resolved_before_anything_runs(scripted, tmp_path, monkeypatch):
+    """Prompt sources, synthetic set names and API-key variables fail the check before the baseline is measured."""
+    base = scripted(ttft_ms=5, interval_ms=5, chunks=4)
+    cand = scripted(ttft_ms=5, interval_ms=5, chunks=4)
+    text = PLAN.format(base=base.base_url, cand=cand.base_url, n=4)
+    cases = {
+        "key": (text.replace('model: scripted}}\n  candidate', 'model: scripted, api_key_env: SG_UNSET_KEY}}\n  candidate')
+                .replace('model: scripted}}\nrep', 'model: scripted, api_key_env: SG_UNSET_KEY}}\nrep'), "SG_UNSET_KEY"),
+        "synthetic": (text.replace("synthetic:random", "synthetic:nonsense"), "unknown synthetic prompt set"),
+        "file": (text.replace('"synthetic:random", count: 8}', '"synthetic:random", count: 8}\n  - {source: missing.jsonl}'),
+                 "prompt file not found"),
+    }
+    monkeypatch.delenv("SG_UNSET_KEY", raising=False)
+    for name, (plan_text, fragment) in cases.items():
+        plan = tmp_path / f"{name}.yaml"
+        plan.write_text(plan_text)
+        out = tmp_path / f"out-{name}"
+        r = specguard("check", str(plan), "--out", str(out))
+        assert r.returncode == 2 and fragment in r.stderr, (name, r.stderr)
+        assert not out.exists(), f"{name}: nothing is written"
+    assert base.chunk_logs() == {} and cand.chunk_logs() == {}, "no request was sent"

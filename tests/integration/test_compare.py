@@ -53,3 +53,36 @@ def test_compare_refuses_runs_that_differ_in_more_than_the_arm(scripted, tmp_pat
     assert any(d.startswith("sampling.temperature") for d in out["details"]["differences"])
     r = compare(tmp_path / "a", tmp_path / "b")
     assert r.returncode == 2 and "refusing to compare" in r.stderr and "sampling.temperature" in r.stderr
+
+
+def test_compare_decides_by_prompt_content_not_path(scripted, tmp_path):
+    server = scripted(ttft_ms=5, interval_ms=2, chunks=4)
+    lines = "\n".join(json.dumps({"prompt": f"question {i}", "max_tokens": 4}) for i in range(6)) + "\n"
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    for d in ("one", "two"):
+        (tmp_path / d / "prompts.jsonl").write_text(lines)
+    bench(server, tmp_path / "a", "--prompts", str(tmp_path / "one" / "prompts.jsonl"))
+    bench(server, tmp_path / "b", "--prompts", str(tmp_path / "two" / "prompts.jsonl"))
+    run_a = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run_a["prompt_sha256"] and run_a["sent_sampling"]["max_tokens"] == [4]
+    assert compare(tmp_path / "a", tmp_path / "b").returncode == 0, "the same prompts under another path"
+    (tmp_path / "two" / "prompts.jsonl").write_text(lines.replace("question 5", "question five"))
+    bench(server, tmp_path / "c", "--prompts", str(tmp_path / "two" / "prompts.jsonl"))
+    r = compare(tmp_path / "a", tmp_path / "c")
+    assert r.returncode == 2 and "prompt content" in r.stderr
+    # synthetic sets are compared by their generator parameters
+    bench(server, tmp_path / "s1")
+    bench(server, tmp_path / "s2", "--seed", "5")
+    r = compare(tmp_path / "s1", tmp_path / "s2", "--json")
+    assert r.returncode == 2 and "prompt generator" in json.loads(r.stdout)["error"]["message"]
+
+
+def test_runs_without_a_successful_request_are_not_comparable(tmp_path):
+    for name in ("a", "b"):
+        r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", "http://127.0.0.1:9", "--model",
+                            "m", "--prompts", "synthetic:random", "--out", str(tmp_path / name), "--burst", "2",
+                            "--quiet"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 4
+    r = compare(tmp_path / "a", tmp_path / "b")
+    assert r.returncode == 2 and "no successful request" in r.stderr

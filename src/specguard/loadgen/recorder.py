@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from specguard.errors import HelperProcessError, OutputWriteError
-from specguard.lifetime import ignore_interrupts
+from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.loadgen.client import StreamResult
 from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts
 from specguard.results.models import RequestRecord
@@ -99,20 +99,22 @@ class Recorder:
 
     def __init__(
         self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[Progress], None],
-        on_failure: Callable[[], object] | None = None,
+        on_failure: Callable[[], object] | None = None, cpus: set[int] | None = None,
     ) -> None:
         self.argv = [sys.executable, "-m", "specguard.loadgen.recorder", "--out", str(out), "--api", api]
         if tokenizer_dir is not None:
             self.argv += ["--tokenizer", str(tokenizer_dir)]
         self.on_progress = on_progress
         self.on_failure = on_failure
+        self.cpus = cpus
         self.failure: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.WriteTransport | None = None
         self._reader_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None)
         loop = asyncio.get_running_loop()
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._writer, _ = await loop.connect_write_pipe(asyncio.Protocol, self.proc.stdin)
@@ -191,7 +193,7 @@ def _main() -> None:
     ignore_interrupts()
     tokenizer = None
     # Yield the CPU to the load generator, whose timestamps are the measurement.
-    os.nice(10)
+    yield_cpu()
     if a.tokenizer is not None:
         from specguard.loadgen.tokenizer import local_token_counter
 

@@ -10,7 +10,9 @@ interrupted errors and still writes a summary.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Coroutine
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specguard import __version__
 from specguard.analysis.summarize import ClientLagLimits, summarize
 from specguard.errors import OptionError, OutputWriteError
-from specguard.lifetime import terminations_cancel
+from specguard.lifetime import busy_poll_cpus, set_cpus, terminations_cancel
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.prompts import PromptSet
@@ -284,7 +286,11 @@ async def _measure(
 ) -> Summary:
     main_task = asyncio.current_task()
     assert main_task is not None
-    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel)
+    cpus = busy_poll_cpus() if cfg.busy_poll else None
+    previous_cpus = os.sched_getaffinity(0) if cpus else None
+    helper_cpus = cpus[1] if cpus else None
+    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel,
+                        cpus=helper_cpus)
     run = _Run(cfg, recorder)
     phase: Literal["warm-up", "measurement"] = "warm-up"
     interrupted = False
@@ -310,13 +316,20 @@ async def _measure(
         try:
             await recorder.start()
             if cfg.metrics_url:
-                scraper = ScraperProcess(cfg.metrics_url, cfg.scrape_interval_s, writer.metrics.path)
+                scraper = ScraperProcess(cfg.metrics_url, cfg.scrape_interval_s, writer.metrics.path, helper_cpus)
                 await asyncio.to_thread(scraper.launch)
             await run.warmup(session)
             first = None
             if cfg.metrics_url:
                 first = await scrape_once(session, cfg.metrics_url, time.monotonic(), "before")
                 info.cache_config = first.cache_config
+            # A full collection now, and everything alive frozen out of later ones: a generation-2 pass over the
+            # whole heap (aiohttp, pydantic, numpy) during the run paused the loop for 1-3 ms, and every stream
+            # receiving in that moment was stamped late by as much.
+            gc.collect()
+            gc.freeze()
+            if cpus is not None:
+                set_cpus(cpus[0])
             run.t0 = time.monotonic()
             info.started_unix = time.time()
             info.started_monotonic = run.t0
@@ -349,6 +362,8 @@ async def _measure(
                 interrupted = True
                 main_task.uncancel()
     finally:
+        gc.unfreeze()
+        set_cpus(previous_cpus)
         if scraper is not None:
             scraper.stop()
         await recorder.close()

@@ -6,7 +6,8 @@ speculation options, the accepted ``method`` values and config fields, and
 whether vLLM's own config classes accept each given speculative config or
 command line. Nothing is downloaded: the target is a local directory (a
 stand-in with only a ``config.json`` when none is given) and a draft that is
-not a local directory is replaced by a stand-in, which the answer says.
+not a local directory is replaced by a stand-in, which the answer says (an
+empty name and a custom proposer's import path are passed on as given).
 
 Only the standard library and vLLM are used, so it runs under any vLLM
 interpreter without specguard installed there.
@@ -78,9 +79,13 @@ def _check_config(cfg, target, tp, max_model_len, root):
     notes = []
     cfg = copy.deepcopy(cfg)
     model = cfg.get("model") if isinstance(cfg, dict) else None
-    if isinstance(model, str) and model not in ("ngram", "[ngram]") and not os.path.isdir(model) \
-            and not _is_class_path(model):
+    method = cfg.get("method") if isinstance(cfg, dict) else None
+    # A custom proposer's import path is no draft to load: with method custom_class, or detected as vLLM detects it.
+    class_path = isinstance(model, str) and (method == "custom_class" or (method is None and _is_class_path(model)))
+    if isinstance(model, str) and model and model not in ("ngram", "[ngram]") and not os.path.isdir(model) \
+            and not class_path:
         # A hub name: vLLM would download it. Keep the last path part so name-based method detection still works.
+        # An empty name is passed on as it is: it is no download, and vLLM judges it as given.
         cfg["model"] = _standin(root, os.path.join("drafts", model.replace("/", "--")), STANDIN_CONFIG)
         notes.append(f"draft '{model}' is not a local directory: checked with a stand-in Llama config of that name")
     kwargs = {"model": target, "skip_tokenizer_init": True, "speculative_config": cfg, "tensor_parallel_size": tp}
@@ -102,7 +107,24 @@ def _check_config(cfg, target, tp, max_model_len, root):
 
 
 def _is_class_path(model):
-    return "/" not in model and "." in model and not model.endswith((".json", ".gguf"))
+    """vLLM's own test for a custom proposer's dotted import path; a copy of 0.32's for a release with custom_class
+    but not that helper; False where there is no custom_class (a dotted name is then a hub name like any other)."""
+    from vllm.config import SpeculativeConfig
+
+    own = getattr(SpeculativeConfig, "_is_custom_proposer_path", None)
+    if own is not None:
+        return bool(own(model))
+    try:
+        import vllm.config.speculative as spec_mod
+
+        if "custom_class" not in _literal_values(spec_mod.SpeculativeMethod):
+            return False
+    except (ImportError, AttributeError):
+        return False
+    if model.startswith(("http://", "https://", "file://")) or "/" in model:
+        return False
+    parts = model.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
 
 
 def _check_argv(parser, argv, target, tp, max_model_len, root):

@@ -1,15 +1,18 @@
 """Command lines and the three speculation surfaces: legacy flags, ``--speculative-config`` and ``--spec-*``. Pure.
 
 Reads a ``vllm serve ...`` line (or a systemd ``ExecStart=``), pulls every
-speculation setting out of it the way vLLM's FlexibleArgumentParser would
-(underscores in flag names, dotted keys, ``-sc``, unique prefixes), and
+speculation setting out of it the way vLLM's FlexibleArgumentParser and argparse
+would (underscores in flag names, dotted keys appended as one last JSON object,
+``-sc``, unique prefixes, the last of a repeated option, each option's own
+``type``: ``json.loads`` for ``--speculative-config``, ``int`` for
+``--spec-tokens``), merges them as ``create_speculative_config`` does, and
 writes a config back in the form a given release accepts.
 """
 
 from __future__ import annotations
 
-import ast
 import json
+import re
 import shlex
 from typing import Any
 
@@ -76,17 +79,223 @@ def model_argument(args: list[str]) -> str | None:
     return args[0] if args and not args[0].startswith("-") else option_value(args, "--model")
 
 
-def _parse_value(text: str, flag: str, out: list[Finding]) -> Any:
+# What argparse takes for an option (Python 3.11 ``_parse_optional``): a leading '-', not a negative number, no space.
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+# FlexibleArgumentParser: "Everything between the first -- and the first ." is a flag's name.
+_FLAG_NAME = re.compile(r"(?<=--)[^.]*")
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+# Options of 0.32's serve parser that start with "--spec" but are no speculation setting (abbreviation ambiguity).
+_OTHER_SPEC_PREFIXED = ("--specialize-active-lora",)
+_NONE_TEXTS = ("", "None")  # vLLM's optional_type(...) reads both as None
+
+
+def _takes_no_value(tok: str) -> bool:
+    """True when argparse would read ``tok`` as an option, so a flag before it has no value ("expected one argument")."""
+    return len(tok) > 1 and tok.startswith("-") and not _NEGATIVE_NUMBER.match(tok) and " " not in tok
+
+
+def _human_readable_int(text: str) -> int:
+    """vLLM's ``human_readable_int``: '1k' = 1000, '1K' = 1024, else ``int()``."""
+    text = text.strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if match:
+        number, suffix = match.groups()
+        if suffix in "kmgt":
+            return int(float(number) * 10 ** (3 * ("kmgt".index(suffix) + 1)))
+        return int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))  # a decimal with a binary suffix: ValueError
+    return int(text)
+
+
+def _dotted_value(text: str) -> Any:
+    """A dotted key's value as FlexibleArgumentParser reads it: JSON, else a human-readable int, else the text."""
     try:
         return json.loads(text)
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        out.append(Finding(key=flag, message=f"{flag} value is not JSON: {text[:200]}", rule="--speculative-config is JSON",
-                           fix="quote it for the shell: --speculative-config '{\"method\": \"ngram\", ...}'"))
+        return _human_readable_int(text)
+    except ValueError:
+        return text
+
+
+def _merge_nested(original: dict[str, Any], update: dict[str, Any]) -> None:
+    """FlexibleArgumentParser's ``recursive_dict_update``: dicts merge, lists extend, anything else is replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(original.get(key), dict):
+            _merge_nested(original[key], value)
+        elif isinstance(value, list) and isinstance(original.get(key), list):
+            original[key] += value
+        else:
+            original[key] = value
+
+
+def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, bool]]:
+    """``args`` after FlexibleArgumentParser.parse_args rewrites them (0.9.0+), each with 'came from dotted keys'.
+
+    Underscores in a flag's name (up to its first '.') become dashes; every dotted ``--x.key value`` is taken out
+    and its keys gathered into one JSON object per flag, appended as ``--x '{...}'`` after all other arguments:
+    argparse then lets it replace an earlier ``--x '{...}'``, as it does with any repeated option.
+    """
+    processed = []
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, value = arg.partition("=")
+            processed.append(_FLAG_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value)
+        else:
+            processed.append(arg)
+    taken: set[int] = set()
+    dicts: dict[str, dict[str, Any]] = {}
+    for i, arg in enumerate(processed):
+        if i in taken or not arg.startswith("-") or "." not in arg:
+            continue
+        name, eq, text = arg.partition("=")
+        if eq and "." not in name:
+            continue  # the '.' was only in the value
+        if not eq:
+            if i + 1 >= len(processed):
+                findings.append(Finding(key=name, message=f"{name} has no value; vLLM fails with an IndexError",
+                                        rule="a dotted key takes the next argument", fix=f"{name} VALUE"))
+                taken.add(i)
+                continue
+            text = processed[i + 1]
+            taken.add(i + 1)
+        if name.endswith("+"):
+            name, value = name[:-1], text.split(",")
+        else:
+            value = _dotted_value(text)
+        flag, *keys = name.split(".")
+        for key in reversed(keys):
+            value = {key: value}
+        _merge_nested(dicts.setdefault(flag, {}), value)
+        taken.add(i)
+    out = [(arg, False) for i, arg in enumerate(processed) if i not in taken]
+    for flag, value in dicts.items():
+        out += [(flag, True), (json.dumps(value), True)]
+    return out
+
+
+def _spec_flags(version: K.Version) -> list[str]:
+    surface = K.surface_for(version)
+    flags = [SPEC_CONFIG_FLAG] + (list(K.SPEC_ARG_KEYS) if surface.spec_args else [])
+    return flags + [f for f in K.LEGACY_FLAG_KEYS if surface.legacy_flags and f.startswith("--spec")]
+
+
+def _resolve_flag(name: str, version: K.Version, findings: list[Finding]) -> str | None:
+    """The speculation option argparse resolves ``name`` to: exact, ``-sc``, or a unique prefix (allow_abbrev)."""
+    if name == "-sc" or name == SPEC_CONFIG_FLAG or name in K.SPEC_ARG_KEYS:
+        return name
+    if not name.startswith("--spec") or name in K.LEGACY_FLAG_KEYS:
         return None
+    ours = [f for f in _spec_flags(version) if f.startswith(name)]
+    if not ours:
+        return None
+    matches = ours + [f for f in _OTHER_SPEC_PREFIXED if f.startswith(name)]
+    if len(matches) > 1:
+        findings.append(Finding(key=name, message=f"ambiguous option: {name} could match {', '.join(matches)}",
+                                rule="argparse allow_abbrev", fix=f"spell out {ours[0]}"))
+        return None
+    if ours[0] in K.LEGACY_FLAG_KEYS:
+        return None
+    findings.append(Finding(key=name, severity="warning", message=f"'{name}' is an abbreviation argparse "
+                            f"resolves to {ours[0]}", rule="argparse allow_abbrev", fix=f"spell out {ours[0]}"))
+    return ours[0]
+
+
+def _parse_config_value(text: str, flag: str, out: list[Finding]) -> tuple[bool, Any]:
+    """``--speculative-config`` is ``optional_type(json.loads)``: '' and 'None' are None, anything else JSON only."""
+    if text in _NONE_TEXTS:
+        return True, None
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        out.append(Finding(key=flag, message=f"{flag} value is not JSON: {text[:200]} (vLLM: 'Value ... cannot be "
+                           "converted to json.loads')", rule="--speculative-config is parsed with json.loads",
+                           fix="write JSON (double quotes, true/false/null) and quote it for the shell: "
+                               "--speculative-config '{\"method\": \"ngram\", ...}'"))
+        return False, None
+
+
+def _parse_spec_arg(flag: str, text: str, version: K.Version, out: list[Finding]) -> tuple[bool, Any]:
+    """A ``--spec-*`` value with the option's argparse type in 0.32: method and model ``optional_type(str)`` (method
+    with the method choices), tokens plain ``int``."""
+    if flag == "--spec-tokens":
+        try:
+            return True, int(text)
+        except ValueError:
+            out.append(Finding(key=flag, message=f"argument {flag}: invalid int value: '{text}'",
+                               rule="--spec-tokens is type=int", fix=f"{flag} N, a whole number"))
+            return False, None
+    if text in _NONE_TEXTS:
+        return True, None
+    if flag == "--spec-method" and text not in K.methods_for(version):
+        if K.method_unconfirmed(text, version):
+            out.append(Finding(key=flag, severity="warning", rule="--spec-method choices",
+                               message=f"'{text}' may not be among vLLM {K.version_text(version)}'s --spec-method "
+                                       "choices (specguard has not read this release's literal)"))
+        else:
+            out.append(Finding(key=flag, message=f"argument {flag}: invalid choice: '{text}'",
+                               rule="--spec-method choices are the accepted methods",
+                               fix="one of: " + ", ".join(K.methods_for(version))))
+            return False, None
+    return True, text
+
+
+def extract_speculation(args: list[str], version: K.Version) -> Speculation:
+    """Every speculation setting in ``args``, parsed as vLLM's parser and ``create_speculative_config`` do.
+
+    argparse keeps the last occurrence of a repeated option, so a later ``--speculative-config`` (or the object
+    built from dotted keys, which FlexibleArgumentParser appends last) replaces an earlier one; ``--spec-*``
+    values are then put into that object, refused where it already has the key.
+    """
+    findings: list[Finding] = []
+    legacy: dict[str, Any] = {}
+    spec_args: dict[str, Any] = {}
+    config_given = dotted_given = short_alias = False
+    config_value: Any = None
+    tokens = _flexible_args(args, findings)
+    i = 0
+    while i < len(tokens):
+        tok, from_dotted = tokens[i]
+        name, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
+        if name in K.LEGACY_FLAG_KEYS:
+            takes_value = name not in K.LEGACY_BOOLEAN_FLAGS
+            value = inline if eq else (tokens[i + 1][0] if takes_value and i + 1 < len(tokens) else None)
+            legacy[name] = True if not takes_value else _scalar(value or "")
+            i += 1 if eq or not takes_value else 2
+            continue
+        flag = _resolve_flag(name, version, findings) if tok.startswith("-") else None
+        if flag is None:
+            i += 1
+            continue
+        if eq:
+            text: str | None = inline
+            i += 1
+        elif i + 1 < len(tokens) and not _takes_no_value(tokens[i + 1][0]):
+            text = tokens[i + 1][0]
+            i += 2
+        else:
+            findings.append(Finding(key=name, message=f"argument {name}: expected one argument",
+                                    rule="argparse: an option's value cannot look like an option",
+                                    fix=f"write {name}=VALUE"))
+            i += 1
+            continue
+        if flag in (SPEC_CONFIG_FLAG, "-sc"):
+            short_alias |= flag == "-sc"
+            dotted_given |= from_dotted
+            config_given |= not from_dotted
+            ok, value = _parse_config_value(text, name, findings)
+            if ok:
+                config_value = value  # argparse: the last occurrence wins
+        else:
+            ok, value = _parse_spec_arg(flag, text, version, findings)
+            if ok:
+                spec_args[flag] = value
+    forms = [f for f, present in (("legacy_flags", legacy), ("speculative_config", config_given),
+                                  ("dotted_keys", dotted_given), ("spec_args", spec_args)) if present]
+    forms += ["short_alias"] if short_alias else []
+    findings += _surface_findings(version, legacy, config_given or dotted_given, dotted_given, spec_args, forms)
+    config = _merge(legacy, config_value, spec_args, findings)
+    return Speculation(config=config, forms=forms, findings=findings, legacy=legacy)
 
 
 def _scalar(text: str) -> Any:
@@ -96,58 +305,7 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _flag_name(tok: str) -> tuple[str, str | None]:
-    """FlexibleArgumentParser spelling: underscores in a flag's name (not in a dotted key) become dashes."""
-    name, eq, value = tok.partition("=")
-    if name.startswith("--"):
-        head, dot, tail = name[2:].partition(".")
-        name = "--" + head.replace("_", "-") + dot + tail
-    return name, (value if eq else None)
-
-
-def extract_speculation(args: list[str], version: K.Version) -> Speculation:
-    """Every speculation setting in ``args``, with findings for forms this release does not accept."""
-    findings: list[Finding] = []
-    legacy: dict[str, Any] = {}
-    json_cfg: dict[str, Any] = {}
-    dotted: dict[str, Any] = {}
-    spec_args: dict[str, Any] = {}
-    forms: list[str] = []
-    i = 0
-    while i < len(args):
-        name, inline = _flag_name(args[i])
-        takes_value = name not in K.LEGACY_BOOLEAN_FLAGS
-        value = inline if inline is not None else (args[i + 1] if takes_value and i + 1 < len(args) else None)
-        step = 1 if inline is not None or not takes_value else 2
-        if name in K.LEGACY_FLAG_KEYS:
-            legacy[name] = True if not takes_value else _scalar(value or "")
-        elif name.startswith(SPEC_CONFIG_FLAG + "."):
-            dotted[name.split(".", 1)[1].replace("-", "_")] = _scalar(value or "")
-        elif name == "-sc" or (name.startswith("--speculative") and SPEC_CONFIG_FLAG.startswith(name)):
-            if name not in (SPEC_CONFIG_FLAG, "-sc"):
-                findings.append(Finding(key=name, severity="warning", message=f"'{name}' is an abbreviation argparse "
-                                        f"resolves to {SPEC_CONFIG_FLAG}", rule="argparse allow_abbrev",
-                                        fix=f"spell out {SPEC_CONFIG_FLAG}"))
-            if name == "-sc":
-                forms.append("short_alias")
-            parsed = _parse_value(value or "", name, findings)
-            if isinstance(parsed, dict):
-                json_cfg.update(parsed)
-            elif parsed is not None:
-                findings.append(Finding(key=name, message=f"{name} must be a JSON object", rule="JSON object"))
-        elif name in K.SPEC_ARG_KEYS:
-            spec_args[name] = _scalar(value or "")
-        else:
-            step = 1
-        i += step
-    findings += _surface_findings(version, legacy, json_cfg, dotted, spec_args, forms)
-    config = _merge(legacy, json_cfg, dotted, spec_args, version, findings)
-    forms = [f for f, present in (("legacy_flags", legacy), ("speculative_config", json_cfg), ("dotted_keys", dotted),
-                                  ("spec_args", spec_args)) if present] + forms
-    return Speculation(config=config, forms=forms, findings=findings, legacy=legacy)
-
-
-def _surface_findings(v: K.Version, legacy: dict[str, Any], json_cfg: dict[str, Any], dotted: dict[str, Any],
+def _surface_findings(v: K.Version, legacy: dict[str, Any], json_given: bool, dotted: bool,
                       spec_args: dict[str, Any], forms: list[str]) -> list[Finding]:
     surface, vt = K.surface_for(v), K.version_text(v)
     out: list[Finding] = []
@@ -160,7 +318,7 @@ def _surface_findings(v: K.Version, legacy: dict[str, Any], json_cfg: dict[str, 
         out.append(Finding(key=next(iter(legacy)), severity="warning", rule="deprecated in 0.8.2, removed in 0.8.3",
                            message="legacy speculation flags still work in 0.8.2 but are deprecated",
                            fix=f"{SPEC_CONFIG_FLAG} '{config_json(legacy_to_config(legacy)[0])}'"))
-    if (json_cfg or dotted) and not surface.speculative_config:
+    if json_given and not surface.speculative_config:
         out.append(Finding(key=SPEC_CONFIG_FLAG, message=f"vLLM {vt} has no {SPEC_CONFIG_FLAG} (added in 0.8.2)",
                            rule="--speculative-config from 0.8.2", fix="use the legacy flags (see translations)"))
     if dotted and not surface.dotted_keys:
@@ -177,21 +335,29 @@ def _surface_findings(v: K.Version, legacy: dict[str, Any], json_cfg: dict[str, 
     return out
 
 
-def _merge(legacy: dict[str, Any], json_cfg: dict[str, Any], dotted: dict[str, Any], spec_args: dict[str, Any],
-           v: K.Version, findings: list[Finding]) -> dict[str, Any] | None:
-    if not (legacy or json_cfg or dotted or spec_args):
-        return None
-    merged: dict[str, Any] = {}
-    if legacy:
-        merged.update(legacy_to_config(legacy)[0])
-    merged.update(json_cfg)
-    merged.update(dotted)
-    for flag, value in spec_args.items():
-        key = K.SPEC_ARG_KEYS[flag]
-        if key in json_cfg or key in dotted:
+def _merge(legacy: dict[str, Any], config_value: Any, spec_args: dict[str, Any],
+           findings: list[Finding]) -> dict[str, Any] | None:
+    """``EngineArgs.create_speculative_config`` (0.22+): ``--spec-*`` values go into the last JSON value (``{}`` when
+    there is none); no flag, or null, with no ``--spec-*`` value means speculation off. ``{}`` stays a config."""
+    merged = config_value
+    for flag, key in K.SPEC_ARG_KEYS.items():  # vLLM's order, not the command line's
+        value = spec_args.get(flag)
+        if value is None:
+            continue
+        if merged is None:
+            merged = {}
+        if not isinstance(merged, dict):
+            break
+        if key in merged:
             findings.append(Finding(key=flag, message=f"`{flag} and {SPEC_CONFIG_FLAG}['{key}'] are mutually exclusive`",
                                     rule="--spec-* merge (0.22+)", fix=f"set '{key}' in one place only"))
         merged[key] = value
+    if merged is not None and not isinstance(merged, dict):
+        findings.append(Finding(key=SPEC_CONFIG_FLAG, message=f"{SPEC_CONFIG_FLAG} must be a JSON object, "
+                                f"not {type(merged).__name__}", rule="JSON object"))
+        merged = None
+    if legacy:
+        merged = {**legacy_to_config(legacy)[0], **(merged or {})}
     return merged
 
 
@@ -217,16 +383,37 @@ def config_json(cfg: dict[str, Any]) -> str:
     return json.dumps(cfg, separators=(",", ":"))
 
 
+def _spec_arg_text(flag: str, value: Any, version: K.Version) -> str | None:
+    """``value`` as text the ``--spec-*`` option's argparse type reads back to the same setting, or None when it
+    cannot (it then stays in the JSON, where pydantic sees it as written)."""
+    if flag == "--spec-tokens":
+        # type=int: a boolean is written as the integer pydantic's lax int reads it as (true -> 1), never "True".
+        return str(int(value)) if isinstance(value, int) else None
+    if not isinstance(value, str) or value in _NONE_TEXTS or value.startswith("-"):
+        return None  # '' and 'None' would read as unset; a leading '-' as an option or a dotted key
+    if flag == "--spec-method" and value not in K.methods_for(version):
+        return None  # not among the choices: argparse would refuse what the JSON path lets pydantic judge
+    return value
+
+
 def to_spec_args(cfg: dict[str, Any], version: K.Version) -> list[str] | None:
-    """``--spec-method/--spec-model/--spec-tokens`` (0.22+), the other keys left in ``--speculative-config``."""
+    """``--spec-method/--spec-model/--spec-tokens`` (0.22+), the other keys left in ``--speculative-config``.
+
+    A value moves to its flag only where vLLM would read the flag back as the same setting; a key that another
+    spelling ('num-speculative-tokens') also sets stays in the JSON, where vLLM resolves the two as before.
+    """
     if not K.surface_for(version).spec_args:
         return None
     argv: list[str] = []
     rest = dict(cfg)
     for flag, key in K.SPEC_ARG_KEYS.items():
-        if key in rest:
-            argv += [flag, str(rest.pop(key))]
-    if rest:
+        if key not in rest or any(k != key and k.replace("-", "_") == key for k in rest):
+            continue
+        text = _spec_arg_text(flag, rest[key], version)
+        if text is not None:
+            argv += [flag, text]
+            rest.pop(key)
+    if rest or not argv:  # an empty object is a config too: vLLM refuses it, where no flag means speculation off
         argv += [SPEC_CONFIG_FLAG, config_json(rest)]
     return argv
 

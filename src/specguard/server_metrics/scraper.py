@@ -28,7 +28,7 @@ from pathlib import Path
 
 import aiohttp
 
-from specguard.lifetime import ignore_interrupts
+from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.results.models import MetricsSample
 from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
 
@@ -67,14 +67,16 @@ class ScraperProcess:
     before the run's traffic starts; it is then given the run's time origin.
     """
 
-    def __init__(self, url: str, interval_s: float, out: Path) -> None:
+    def __init__(self, url: str, interval_s: float, out: Path, cpus: set[int] | None = None) -> None:
         self.argv = [sys.executable, "-m", "specguard.server_metrics.scraper", "--url", url,
                      "--interval", repr(interval_s), "--out", str(out)]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.cpus = cpus
 
     def launch(self) -> None:
         """Start the child and wait until it is ready (blocking: call before the run starts)."""
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None)
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != b"ready":
             raise RuntimeError("the /metrics scraper process did not start")
@@ -109,7 +111,7 @@ def _main() -> None:
     a = p.parse_args()
     ignore_interrupts()
     # Yield the CPU to the load generator, whose timestamps are the measurement.
-    os.nice(10)
+    yield_cpu()
     print("ready", flush=True)
     line = sys.stdin.readline()
     if not line.strip():

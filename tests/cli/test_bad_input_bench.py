@@ -1,0 +1,191 @@
+"""`specguard bench`: every bad option or prompt file is exit 2 with one line, before any request or file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import (
+    BAD_FILES,
+    DEAD,
+    GE1,
+    GT0,
+    INF,
+    NAN,
+    NEG,
+    NOT_A_NUMBER,
+    NOT_FINITE,
+    USAGE,
+    WORD,
+    ZERO,
+    Cli,
+    bad_file,
+    case_id,
+    int_fuzz,
+    make_run,
+)
+
+
+def base(out: Path) -> list[str]:
+    return ["bench", "--base-url", DEAD, "--model", "m", "--prompts", "synthetic:random", "--out", str(out),
+            "--num-requests", "1", "--quiet"]
+
+
+def positive_float(option: str, bound: str = GT0) -> list[tuple[list[str], int, str]]:
+    return [([option, ZERO], USAGE, bound), ([option, NEG], USAGE, bound), ([option, NAN], USAGE, NOT_FINITE),
+            ([option, INF], USAGE, NOT_FINITE), ([option, WORD], USAGE, NOT_A_NUMBER)]
+
+
+CASES = [
+    *positive_float("--rate"),
+    *positive_float("--duration"),
+    *positive_float("--request-timeout"),
+    *positive_float("--burstiness", "expected a number > 0"),
+    (["--duration", "1e400"], USAGE, NOT_FINITE),
+    (["--scrape-interval", ZERO], USAGE, "greater than or equal to 0.1"),
+    (["--scrape-interval", NEG], USAGE, "greater than or equal to 0.1"),
+    (["--scrape-interval", "0.05"], USAGE, "greater than or equal to 0.1"),
+    (["--scrape-interval", NAN], USAGE, NOT_FINITE),
+    (["--scrape-interval", INF], USAGE, NOT_FINITE),
+    (["--scrape-interval", WORD], USAGE, NOT_A_NUMBER),
+    (["--temperature", NEG], USAGE, "--temperature: Input should be greater than or equal to 0"),
+    (["--temperature", NAN], USAGE, NOT_FINITE),
+    (["--temperature", INF], USAGE, NOT_FINITE),
+    (["--temperature", WORD], USAGE, NOT_A_NUMBER),
+    (["--top-p", ZERO], USAGE, "--top-p: Input should be greater than 0"),
+    (["--top-p", NEG], USAGE, "--top-p: Input should be greater than 0"),
+    (["--top-p", "1.5"], USAGE, "--top-p: Input should be less than or equal to 1"),
+    (["--top-p", NAN], USAGE, NOT_FINITE),
+    (["--top-p", INF], USAGE, NOT_FINITE),
+    (["--top-p", WORD], USAGE, NOT_A_NUMBER),
+    *int_fuzz("--concurrency"),
+    *int_fuzz("--burst"),
+    *int_fuzz("--num-requests"),
+    *int_fuzz("--max-tokens"),
+    *int_fuzz("--warmup", minimum=0),
+    *int_fuzz("--seed", minimum=0),
+    # the option names in the messages
+    (["--concurrency", ZERO], USAGE, "--concurrency: Input should be " + GE1),
+    (["--rate", ZERO], USAGE, "--rate: Input should be " + GT0),
+    (["--rate", WORD], USAGE, "'--rate'"),
+    # URLs
+    (["--base-url", "ftp://x"], USAGE, "--base-url ftp://x: expected http(s)://host[:port]"),
+    (["--base-url", "localhost:8000"], USAGE, "--base-url localhost:8000: expected http(s)://host[:port]"),
+    (["--base-url", "http://"], USAGE, "expected http(s)://host[:port]"),
+    (["--base-url", ""], USAGE, "expected http(s)://host[:port]"),
+    (["--base-url", "http://h:0"], USAGE, "port 0"),
+    (["--base-url", "http://h:99999"], USAGE, "--base-url http://h:99999: not a URL"),
+    (["--base-url", "http://u:p@h:1"], USAGE, "credentials do not go in a URL"),
+    (["--base-url", "http://h:1/?q=1"], USAGE, "without query"),
+    (["--metrics-url", "ftp://x"], USAGE, "--metrics-url: expected http(s)://host[:port]"),
+    (["--metrics-url", "http://h:0/metrics"], USAGE, "--metrics-url: port 0"),
+    # choices and combinations
+    (["--arrival", "nope"], USAGE, "'--arrival'"),
+    (["--api", "nope"], USAGE, "'--api'"),
+    (["--model", ""], USAGE, "--model: String should have at least 1 character"),
+    (["--rate", "1", "--concurrency", "2"], USAGE, "give only one of --rate, --concurrency, --burst"),
+    (["--concurrency", "2", "--burst", "2"], USAGE, "give only one of --rate, --concurrency, --burst"),
+    (["--api-key-env", "SPECGUARD_TEST_UNSET_VAR"], USAGE, "--api-key-env SPECGUARD_TEST_UNSET_VAR: the variable is not set"),
+    (["--prompts", "synthetic:nope"], USAGE, "unknown synthetic prompt set 'nope'"),
+    (["--prompts", ""], USAGE, "--prompts: expected a JSONL prompt file or synthetic:NAME"),
+    (["--prompts", " "], USAGE, "--prompts: expected a JSONL prompt file or synthetic:NAME"),
+    (["--unknown-option"], USAGE, "No such option: --unknown-option"),
+]
+
+
+@pytest.mark.parametrize(("extra", "code", "fragment"), CASES, ids=[case_id(c) for c in CASES])
+def test_bad_option(cli: Cli, tmp_path: Path, extra: list[str], code: int, fragment: str) -> None:
+    cli.fails([*base(tmp_path / "run"), *extra], code, fragment)
+
+
+def test_needs_a_stop(cli: Cli, tmp_path: Path) -> None:
+    args = base(tmp_path / "run")
+    i = args.index("--num-requests")
+    cli.fails(args[:i] + args[i + 2:], USAGE, "give --num-requests and/or --duration")
+
+
+@pytest.mark.parametrize("missing", ["--base-url", "--model", "--prompts", "--out"])
+def test_required_option(cli: Cli, tmp_path: Path, missing: str) -> None:
+    args = base(tmp_path / "run")
+    i = args.index(missing)
+    cli.fails(args[:i] + args[i + 2:], USAGE, f"Missing option '{missing}'")
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES))
+def test_bad_prompt_file(cli: Cli, tmp_path: Path, kind: str) -> None:
+    path = bad_file(tmp_path, kind, "prompts.jsonl")
+    cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, f"{path}: ")
+    cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, BAD_FILES[kind][1])
+
+
+def test_prompt_file_directory_message_is_plain(cli: Cli, tmp_path: Path) -> None:
+    path = bad_file(tmp_path, "directory", "prompts")
+    r = cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, "is a directory; expected a prompt file")
+    assert "file file" not in r.stderr
+
+
+PROMPT_LINES = [
+    ('{"prompt": "x"}\n{bad\n', ":2: not valid JSON"),
+    ('["a"]\n', ":1: expected a JSON object"),
+    ('{"prompt": "x", "temperature": -1}\n', ":1: key 'temperature'"),
+    ('{"prompt": "x", "top_p": 0}\n', ":1: key 'top_p'"),
+    ('{"prompt": "x", "max_tokens": 0}\n', ":1: key 'max_tokens'"),
+    ('{"prompt": "x", "colour": 1}\n', ":1: key 'colour': unknown key"),
+    ('{"segment": "s"}\n', ":1: "),
+    ('{"messages": []}\n', ":1:"),
+]
+
+
+@pytest.mark.parametrize(("text", "fragment"), PROMPT_LINES, ids=[t.strip()[:30] for t, _ in PROMPT_LINES])
+def test_bad_prompt_line(cli: Cli, tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(text)
+    cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, f"{path}{fragment}")
+
+
+def test_tokenizer_not_found(cli: Cli, tmp_path: Path) -> None:
+    cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "nope"], USAGE, "--tokenizer")
+    cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "nope"], USAGE, "not found")
+
+
+def test_tokenizer_directory_without_tokenizer_json(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "tok").mkdir()
+    cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "tok"], USAGE, "no tokenizer.json there")
+
+
+def test_out_is_an_existing_file(cli: Cli, tmp_path: Path) -> None:
+    target = tmp_path / "run"
+    target.write_text("keep me")
+    cli.fails(base(target), USAGE, f"--out {target}: is a file")
+    assert target.read_text() == "keep me"
+
+
+def test_out_already_holds_a_run(cli: Cli, tmp_path: Path) -> None:
+    """Refused before the server is asked anything (nothing sent, nothing written)."""
+    target = make_run(tmp_path / "run")
+    cli.fails(base(target), USAGE, "already holds a run")
+
+
+# Values that are valid: the parser accepts them. Each is paired with a bad option that is checked
+# later, so the command stops at that one (exit 2 naming it, not the value under test) before any traffic.
+VALID = [
+    (["--seed", "0"], "--top-p", "0"),
+    (["--warmup", "0"], "--top-p", "0"),
+    (["--temperature", "0"], "--request-timeout", "0"),
+    (["--top-p", "1"], "--request-timeout", "0"),
+    (["--max-tokens", "1"], "--request-timeout", "0"),
+    (["--scrape-interval", "0.1"], "--request-timeout", "0"),
+    (["--burstiness", "0.5", "--rate", "2", "--arrival", "gamma"], "--top-p", "0"),
+    (["--concurrency", "1"], "--top-p", "0"),
+    (["--burst", "1"], "--top-p", "0"),
+    (["--duration", "0.5"], "--top-p", "0"),
+    (["--metrics-url", "none"], "--top-p", "0"),
+    (["--base-url", "https://example.invalid:8443/v1"], "--top-p", "0"),
+]
+
+
+@pytest.mark.parametrize(("valid", "bad", "value"), VALID, ids=[case_id(v[0]) for v in VALID])
+def test_valid_value_is_accepted(cli: Cli, tmp_path: Path, valid: list[str], bad: str, value: str) -> None:
+    r = cli.fails([*base(tmp_path / "run"), *valid, bad, value], USAGE, f"{bad}: ")
+    assert valid[0] not in r.stderr
