@@ -82,8 +82,8 @@ def bench(
     prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended|mixed")],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
-    arrival: Annotated[Arrival, typer.Option(help="With --rate: the arrival process.")] = Arrival.poisson,
-    burstiness: Annotated[float, typer.Option(help="Gamma shape: 1 is Poisson, <1 burstier.")] = 1.0,
+    arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process [default: poisson].")] = None,
+    burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
     burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
     num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
@@ -123,6 +123,10 @@ def bench(
                         (temperature, "--temperature"), (top_p, "--top-p")):
         finite(value, name)
     finite(burstiness, "--burstiness", positive=True)
+    if arrival is not None and rate is None:
+        raise OptionError(f"--arrival {arrival.value} needs --rate (it shapes an open-loop schedule)")
+    if burstiness is not None and arrival != Arrival.gamma:
+        raise OptionError("--burstiness applies to --arrival gamma only")
     try:
         check_base_url(base_url)
     except ValueError as exc:
@@ -130,7 +134,8 @@ def bench(
     if not prompts.strip():
         raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
     load = load_shape_from_options(
-        rate=rate, arrival=arrival.value, burstiness=burstiness, concurrency=concurrency, burst=burst,
+        rate=rate, arrival=(arrival or Arrival.poisson).value, burstiness=burstiness or 1.0, concurrency=concurrency,
+        burst=burst,
         num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
     )
     tokenizer_option(tokenizer)

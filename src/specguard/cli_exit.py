@@ -92,11 +92,9 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
             exc.show()
             return ExitCode.USAGE
         except ClickException as exc:
-            exc.show()
-            if outcome.as_json:
-                print(json.dumps({"error": {"code": "usage_error", "message": exc.format_message(),
-                                            "exit_code": int(ExitCode.USAGE)}}))
-            return ExitCode.USAGE
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            return outcome.fail(ExitCode.USAGE, "usage_error", exc.format_message() + hint)
         except (KeyboardInterrupt, Abort):
             return outcome.fail(ExitCode.INTERRUPTED, "interrupted", "interrupted")
         except SpecguardError as exc:

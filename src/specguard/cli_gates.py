@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -38,15 +40,8 @@ def url_option(value: str | None, option: str = "--url") -> str | None:
 
 def version_option(value: str | None, option: str = "--vllm-version") -> str | None:
     """A vLLM version option: MAJOR.MINOR[.PATCH] with an optional suffix (0.32.0, 0.11.0rc1, 0.32.0+cpu)."""
-    import re
-
-    from specguard.vllm import knowledge as K
-
-    if value is None:
-        return None
-    if not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
+    if value is not None and not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
         raise OptionError(f"{option} {value!r}: expected a vLLM version MAJOR.MINOR.PATCH, such as 0.32.0")
-    K.parse_version(value)
     return value
 
 
@@ -103,7 +98,8 @@ def preflight(
     from specguard.preflight.run import load_command, load_config, run_preflight
 
     version_option(vllm_version)
-    input_path(python, "--python")
+    if python is None or os.sep in str(python) or not shutil.which(str(python)):  # a bare name runs from PATH
+        input_path(python, "--python")
     input_path(vllm, "--vllm")
     input_path(target, "--target", directory=True)
     text_option(config, "--config")
@@ -301,8 +297,6 @@ def assess(
     as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
-    import re
-
     from specguard.results.store import load_or_recompute_summary
     from specguard.validation import read_input_text
     from specguard.workload.assess import NO_LIMIT
@@ -359,7 +353,7 @@ def assess(
         report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format.value, skip_bad=skip_bad,
                             rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
                             collect=items, requests_out=requests_out)
-    except BaseException:
+    except Exception:
         if requests_out is not None:
             requests_out.unlink(missing_ok=True)  # a failed assessment leaves no half-written replay behind
         raise

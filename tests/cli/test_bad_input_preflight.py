@@ -91,3 +91,10 @@ def test_rules_only_verdicts(cli: Cli, config: str, code: int) -> None:
     r = cli.ok([*BASE, "--config", config, "--tp", "1", "--max-model-len", "1"], code)
     report = json.loads(r.stdout)
     assert report["version"] == "0.32.0" and report["checked_by"] == ["specguard-rules"]
+
+
+def test_python_given_by_name_is_looked_up_on_path(cli: Cli) -> None:
+    """A bare interpreter name is not a missing file: it is asked (here the guard refuses the child process)."""
+    r = cli.invoke([*BASE, "--python", "python3"])
+    assert "not found" not in r.stderr and "Traceback" not in r.output
+    assert cli.guard.events == ["subprocess"]

@@ -124,7 +124,7 @@ class CheckPlan(_Strict):
     prompts: list[PromptSource] = Field(min_length=1)
     repetitions: int = Field(default=3, ge=1)
     warmup: int = Field(default=2, ge=0)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     max_tokens: int = Field(default=64, gt=0)
     api: Literal["completions", "chat"] = "completions"
     objective: Objective = Objective()

@@ -100,7 +100,7 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (expected prompt, messages, segment, max_tokens, temperature, top_p, ignore_eos, stop)"
         parts.append(f"key '{loc}': {msg}" if loc else msg)

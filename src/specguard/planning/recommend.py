@@ -8,6 +8,7 @@ prompts overlap the output, or as the cheapest first experiment otherwise.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -40,15 +41,26 @@ class Recommendation(BaseModel):
     candidate_drafts: list[str] = Field(default_factory=list)
 
 
-def gate1_evidence(report: dict[str, Any], source: str) -> Gate1Evidence:
-    """From ``specguard assess --json``: ``segments.{name}.{verdict, ngram.acceptance_rate}``."""
+def gate1_evidence(report: Any, source: str) -> Gate1Evidence:
+    """From ``specguard assess --json``: ``segments.{name}.{verdict, ngram.acceptance_rate}``.
+
+    Raises ValueError when the object does not have that shape.
+    """
+    if not isinstance(report, dict):
+        raise ValueError(f"expected a JSON object, got {type(report).__name__}")
     segments = report.get("segments") or {}
-    verdicts = [str(s.get("verdict", "")).lower() for s in segments.values() if isinstance(s, dict)]
-    rates = [s.get("ngram", {}).get("acceptance_rate") for s in segments.values() if isinstance(s, dict)]
-    rates = [float(r) for r in rates if isinstance(r, (int, float))]
+    if not isinstance(segments, dict) or not all(isinstance(s, dict) for s in segments.values()):
+        raise ValueError("'segments' must map each segment name to its assessment object")
+    if not all(isinstance(s.get("ngram", {}), dict) for s in segments.values()):
+        raise ValueError("each segment's 'ngram' must be an object")
+    verdicts = [str(s.get("verdict", "")).lower() for s in segments.values()]
+    rates = [s.get("ngram", {}).get("acceptance_rate") for s in segments.values()]
+    rates = [float(r) for r in rates if isinstance(r, (int, float)) and math.isfinite(r)]
     poor = bool(verdicts) and all(v in ("poor candidate", "leave speculation off") for v in verdicts)
     lengths = {k: float(report[k]) for k in ("mean_prompt_tokens", "mean_output_tokens")
                if isinstance(report.get(k), (int, float))}
+    if not all(math.isfinite(v) and v > 0 for v in lengths.values()):
+        raise ValueError(f"mean token lengths must be finite and > 0 (got {lengths})")
     return Gate1Evidence(poor_candidate=poor, ngram_acceptance=max(rates) if rates else None, source=source, **lengths)
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from specguard.errors import InputFileError
 from specguard.results.models import MetricsSample, RequestRecord, RunInfo, Summary
-from specguard.validation import describe
+from specguard.validation import describe, read_input_text
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -86,12 +86,14 @@ def write_json_atomic(path: Path, model: BaseModel) -> None:
 
 
 def read_json(path: Path, model: type[M]) -> M:
+    if not path.exists():
+        raise RunDirError(f"{path}: missing")
     try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise RunDirError(f"{path}: missing") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"{path}: cannot read: {exc}") from exc
+        text = read_input_text(path, path.name)
+    except InputFileError as exc:
+        raise RunDirError(str(exc)) from exc
+    try:
+        return model.model_validate_json(text)
     except ValidationError as exc:
         raise RunDirError(f"{path}: {'; '.join(describe(exc))}") from exc
 
