@@ -13,8 +13,15 @@ dies, and the child exits after writing what it holds. If it cannot write
 progress pipe, ``{"error": "..."}``, and exits 3; the parent stops the run.
 
 Frame on the pipe: 4-byte big-endian length, then a pickle of either
-``(seq, reads)`` (reads of a stream still running) or a FinishedStream (the
-stream's last reads and everything else about the request).
+``("P", seq, reads)`` (reads of a stream still running) or ``("F", ...)``, the
+fields of a FinishedStream in order with its StreamResult flattened (the
+stream's last reads and everything else about the request). Plain tuples, not
+the dataclass: pickling one took 11 us against 3 us. Finished streams are
+sent in batches, ``("B", [F, F, ...])``, at most ``BATCH_S`` after they end:
+at the end of a burst of 200 streams, one pickle and one pipe write per
+stream, done on the timing loop, stamped the last streams' final chunks 2-5 ms
+late (p99 of all chunks 1.9 ms with tuples alone, 0.2 ms batched). A SIGKILL
+of the parent can lose what finished in its last ``BATCH_S``.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from specguard.results.store import JsonlAppender
 
 _LEN = struct.Struct(">I")
 SYNC_EVERY_S = 0.2
+BATCH_S = 0.01
 
 
 @dataclass
@@ -52,8 +60,15 @@ class FinishedStream:
     segment: str
     scheduled_s: float
     sent_s: float
-    body: dict[str, Any]
+    temperature: float | None
+    max_tokens: int | None
     result: StreamResult
+
+    @classmethod
+    def from_frame(cls, frame: tuple[Any, ...]) -> FinishedStream:
+        _, index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens, error, status, end, reads = frame
+        return cls(index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens,
+                   StreamResult(error=error, http_status=status, stream_end=end, pieces=reads))
 
 
 @dataclass
@@ -89,8 +104,8 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         prompt_tokens=parsed.prompt_tokens,
         output_tokens=total,
         finish_reason=parsed.finish_reason,
-        temperature=f.body.get("temperature"),
-        max_tokens=f.body.get("max_tokens"),
+        temperature=f.temperature,
+        max_tokens=f.max_tokens,
     )
 
 
@@ -107,6 +122,8 @@ class Recorder:
         self.on_progress = on_progress
         self.on_failure = on_failure
         self.cpus = cpus
+        self._finished: list[tuple[Any, ...]] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
         self.failure: str | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.WriteTransport | None = None
@@ -145,15 +162,30 @@ class Recorder:
 
     def pieces(self, seq: int, pieces: list[tuple[float, bytes]]) -> None:
         """Reads of a stream still running, so the worker can parse them early."""
-        self._send((seq, pieces))
+        self._send(("P", seq, pieces))
 
-    def submit(self, finished: FinishedStream) -> None:
-        self._send(finished)
+    def submit(self, index: int, seq: int, request_id: str, segment: str, scheduled_s: float, sent_s: float,
+               body: dict[str, Any], result: StreamResult) -> None:
+        """A finished stream, with everything its record needs; sent with the others of the next ``BATCH_S``."""
+        self._finished.append(("F", index, seq, request_id, segment, scheduled_s, sent_s, body.get("temperature"),
+                               body.get("max_tokens"), result.error, result.http_status, result.stream_end,
+                               result.pieces))
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_later(BATCH_S, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        if self._finished:
+            batch, self._finished = self._finished, []
+            self._send(("B", batch))
 
     async def close(self) -> None:
         """Let the worker write everything submitted, and wait for it to exit. Safe to call twice."""
         if self.proc is None:
             return
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
         proc, self.proc = self.proc, None
         if self._writer is not None:
             self._writer.close()
@@ -207,24 +239,27 @@ def _main() -> None:
     last_sync = time.monotonic()
     running: dict[int, SSEParser] = {}
     for frame in _read_frames(sys.stdin.buffer):
-        if isinstance(frame, tuple):
-            seq, pieces = frame
+        if frame[0] == "P":
+            _, seq, pieces = frame
             running.setdefault(seq, SSEParser(a.api)).feed(pieces)
             continue
-        finished: FinishedStream = frame
-        parser = running.pop(finished.seq, None) or SSEParser(a.api)
-        parser.feed(finished.result.pieces)
-        record = to_record(finished, parser.result(), tokenizer)
+        records = []
+        for item in frame[1]:
+            finished = FinishedStream.from_frame(item)
+            parser = running.pop(finished.seq, None) or SSEParser(a.api)
+            parser.feed(finished.result.pieces)
+            records.append(to_record(finished, parser.result(), tokenizer))
         try:
-            # Flushed at once (survives the process); fsynced in groups (survives the machine within 0.2 s).
-            out.append(record, sync=False)
+            # A batch is flushed at once (survives the process), in one write; fsynced in groups (survives the
+            # machine within 0.2 s).
+            out.append_many(records, sync=False)
             if time.monotonic() - last_sync > SYNC_EVERY_S:
                 out.sync()
                 last_sync = time.monotonic()
         except OSError as exc:
             _say_failure(exc)
             return
-        _say(json.dumps([record.seq, record.ok, record.output_tokens or 0]))
+        _say("\n".join(json.dumps([r.seq, r.ok, r.output_tokens or 0]) for r in records))
     out.sync()
     out.close()
     sys.stdout.flush()

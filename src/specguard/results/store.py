@@ -38,7 +38,11 @@ class JsonlAppender:
 
     def append(self, record: BaseModel, sync: bool = True) -> None:
         """Write and flush one line: it survives the process. ``sync`` also makes it survive the machine."""
-        self._fh.write(record.model_dump_json() + "\n")
+        self.append_many([record], sync)
+
+    def append_many(self, records: list[BaseModel], sync: bool = True) -> None:
+        """Write lines and flush once: one write call for the lot."""
+        self._fh.write("".join(r.model_dump_json() + "\n" for r in records))
         self._fh.flush()
         if sync:
             self.sync()
