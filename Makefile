@@ -10,4 +10,4 @@ demo: setup
 
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
 test: setup
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest --durations=25

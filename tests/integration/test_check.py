@@ -60,10 +60,13 @@ def test_check_verdict_report_and_exit_code_agree(vllm_servers, tmp_path):
     assert any("P99" in reason and "more needed" in reason for reason in verdict["reasons"])
     md = (out / "report.md").read_text()
     assert f"**{verdict['verdict']}**" in md and "## Reproduce" in md
-    # rebuilding from the stored runs gives the same verdict
-    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
-                           timeout=300)
-    assert again.returncode == 0, again.stderr
+    # rebuilding from the stored runs gives the same verdict, and the same exit code; never over the outputs unasked
+    refused = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 2 and "--force" in refused.stderr
+    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == r.returncode, again.stderr
     assert json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
 
     ARTIFACTS.mkdir(exist_ok=True)

@@ -1,4 +1,4 @@
-"""No vLLM server outlives a check, whatever ends it: SIGKILL of the parent, or Ctrl-C to the whole group.
+"""No vLLM server outlives a check or the demo, whatever ends it; `assess` stops on a signal like the others.
 
 A check with launched arms starts a real embedded vLLM server (its API server and engine
 core) for every block. Each test runs the check in a session of its own, waits until the
@@ -73,16 +73,52 @@ def test_sigkill_of_a_check_leaves_no_vllm_server_behind(runtime, models, tmp_pa
     assert not wait_gone(procs, 90), "every process of the run ends with its parent"
 
 
-def test_ctrl_c_to_the_group_stops_a_check_cleanly(runtime, models, tmp_path):
-    proc, out = start_check(tmp_path)
-    procs = wait_measuring(proc, out)
+def test_ctrl_c_to_the_group_stops_the_demo_cleanly_and_says_how_to_resume(runtime, models, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole group) during the demo's first block, its server running."""
+    out = tmp_path / "demo"
+    proc = subprocess.Popen([sys.executable, "-m", "specguard", "demo", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default, start_new_session=True)
+    run_dir = out / "runs" / "baseline" / "rep1" / "idle__greedy__p0"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not ((run_dir / "requests.jsonl").exists()
+                                               and (run_dir / "requests.jsonl").read_text().count("\n") >= 2):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.5)
+    procs = descendants(proc.pid)
+    assert len(procs) >= 4, "the vLLM API server, its engine core, the record writer and the scraper"
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
-    assert "--resume" in stderr and no_traceback(stdout, stderr)
-    assert not (out / "verdict.json").exists()
+    assert no_traceback(stdout, stderr) and "demo.yaml" in stderr and "--resume" in stderr
+    assert not (out / "verdict.json").exists(), "no verdict from a truncated matrix"
     state = json.loads((out / "check-state.json").read_text())
-    assert state["done"] == [] and state["blocks"] == ["baseline rep1", "candidate rep1"]
-    run = json.loads((out / "runs" / "baseline" / "rep1" / "idle__greedy__p0" / "run.json").read_text())
-    assert run["interrupted"] is True
+    assert state["done"] == [] and state["blocks"][0] == "baseline rep1"
+    assert json.loads((run_dir / "run.json").read_text())["interrupted"] is True
     assert not wait_gone(procs, 60), "the server is stopped and the helpers end"
+
+
+def test_assess_interrupted_exits_130_without_a_traceback(models, tmp_path):
+    """SIGINT or SIGTERM, to assess or its group, end it at once; nothing it wrote is left half a line."""
+    log = tmp_path / "big.jsonl"
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    with log.open("w") as fh:
+        for i in range(40_000):
+            text = " ".join(words[(i + j) % 10] for j in range(60))
+            fh.write(json.dumps({"schema_version": "specguard.request_log/1", "endpoint": "completions",
+                                 "prompt": text, "response": {"text": text[: 120 + i % 50]}}) + "\n")
+    for sig, to_group in ((signal.SIGINT, True), (signal.SIGTERM, False)):
+        per_request = tmp_path / f"requests-{sig.name}.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "specguard", "assess", str(log), "--tokenizer",
+                                 str(models.tokenizer), "--requests-out", str(per_request)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
+                                start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (per_request.exists() and per_request.stat().st_size > 10_000):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        (os.killpg if to_group else os.kill)(proc.pid, sig)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-2000:]
+        assert "interrupted" in stderr and no_traceback(stdout, stderr)
+        lines = per_request.read_text().splitlines()
+        assert lines and all(json.loads(x)["request"] == n for n, x in enumerate(lines))
