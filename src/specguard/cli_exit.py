@@ -21,7 +21,6 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer 0.29 vendors click here
@@ -29,6 +28,7 @@ from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit
 
 from specguard.cli_output import err
+from specguard.embedded.runtime import specguard_home
 from specguard.errors import EXIT_CODE_TABLE, ExitCode, SpecguardError
 from specguard.lifetime import terminations_interrupt
 
@@ -36,10 +36,6 @@ DEBUG_ENV = "SPECGUARD_DEBUG"
 
 # Typer joins an epilog's lines and keeps its paragraphs: one paragraph per code.
 EXIT_CODES_EPILOG = "Exit codes:\n\n" + "\n\n".join(f"{int(code):>3}  {text}" for code, text in EXIT_CODE_TABLE)
-
-
-def _error_log_dir() -> Path:
-    return Path(os.environ.get("SPECGUARD_HOME") or Path.home() / ".cache" / "specguard") / "logs"
 
 
 def _wants_json(argv: Sequence[str]) -> bool:
@@ -52,8 +48,15 @@ def _wants_debug(argv: Sequence[str]) -> bool:
 
 
 class _Outcome:
-    def __init__(self, as_json: bool) -> None:
+    def __init__(self, as_json: bool, debug: bool) -> None:
         self.as_json = as_json
+        self.debug = debug
+
+    def traceback(self, exc: BaseException) -> bool:
+        """With --debug, the traceback on stderr; says whether it was shown."""
+        if self.debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        return self.debug
 
     def fail(self, exit_code: int, code: str, message: str, details: dict[str, object] | None = None) -> int:
         err.print("[red]error:[/red] ", end="", highlight=False)
@@ -68,7 +71,7 @@ class _Outcome:
 
 def _save_traceback(exc: BaseException) -> str:
     try:
-        d = _error_log_dir()
+        d = specguard_home() / "logs"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
         path.write_text(f"$ specguard {' '.join(sys.argv[1:])}\n" + "".join(traceback.format_exception(exc)))
@@ -79,8 +82,7 @@ def _save_traceback(exc: BaseException) -> str:
 
 def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
     """Parse ``argv``, run the command, and return its exit code; the only place outcomes become codes."""
-    outcome = _Outcome(_wants_json(argv))
-    debug = _wants_debug(argv)
+    outcome = _Outcome(_wants_json(argv), _wants_debug(argv))
     with terminations_interrupt():
         try:
             with group.make_context(prog_name, list(argv)) as ctx:
@@ -98,22 +100,16 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
         except (KeyboardInterrupt, Abort):
             return outcome.fail(ExitCode.INTERRUPTED, "interrupted", "interrupted")
         except SpecguardError as exc:
-            if debug:
-                traceback.print_exception(exc, file=sys.stderr)
+            outcome.traceback(exc)
             return outcome.fail(exc.exit_code, exc.code, exc.message, exc.details)
         except OSError as exc:
-            if debug:
-                traceback.print_exception(exc, file=sys.stderr)
+            outcome.traceback(exc)
             if exc.errno == errno.EPIPE:
                 return ExitCode.RUNTIME_FAILURE  # the reader of stdout went away: nothing more to say to it
             where = f"{exc.filename}: " if exc.filename else ""
             return outcome.fail(ExitCode.RUNTIME_FAILURE, "os_error", f"{where}{exc.strerror or exc}")
         except Exception as exc:  # the one place an unexpected error is turned into a line, not a traceback
-            if debug:
-                traceback.print_exception(exc, file=sys.stderr)
-                where = "traceback above"
-            else:
-                where = _save_traceback(exc) + "; --debug shows it"
+            where = "traceback above" if outcome.traceback(exc) else _save_traceback(exc) + "; --debug shows it"
             return outcome.fail(ExitCode.RUNTIME_FAILURE, "internal_error",
                                 f"internal error: {type(exc).__name__}: {exc} ({where})")
 

@@ -34,7 +34,7 @@ from specguard.loadgen.recorder import Progress, Recorder
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
-from specguard.server_metrics.server_facts import server_root
+from specguard.server_metrics.server_facts import auth_headers, server_root
 from specguard.validation import HttpUrl
 
 T = TypeVar("T")
@@ -85,9 +85,7 @@ class _Run:
         self.cfg = cfg
         self.recorder = recorder
         self.url = endpoint_url(cfg.base_url, cfg.api)
-        self.headers = {"Content-Type": "application/json"}
-        if cfg.api_key:
-            self.headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self.headers = {"Content-Type": "application/json", **auth_headers(cfg.api_key)}
         self.run_tag = uuid.uuid4().hex[:8]
         self.t0 = 0.0
         self.loop_lags: list[float] = []
@@ -260,8 +258,7 @@ async def run_bench(
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        server_version, served = await _probe(session, root, headers)
+        server_version, served = await _probe(session, root, auth_headers(cfg.api_key))
         check_model_served(cfg.model, served, root)
         writer = RunWriter(cfg.out_dir)
         try:

@@ -41,13 +41,18 @@ class ServerFacts(BaseModel):
         return int(value) if value not in (None, "", "None") else None
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The one place an API key becomes a header (and is never logged)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def server_root(url: str) -> str:
     """A server's root from its root or its OpenAI /v1 URL."""
     return url.rstrip("/").removesuffix("/v1")
 
 
 def _get(url: str, api_key: str | None, timeout_s: float) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
+    req = urllib.request.Request(url, headers=auth_headers(api_key))
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode("utf-8", errors="replace")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specguard.errors import RuntimeFailure
-from specguard.server_metrics.server_facts import server_root
+from specguard.server_metrics.server_facts import auth_headers, server_root
 from specguard.workload.logformat import RequestLogEntry
 
 
@@ -92,9 +92,7 @@ class ServerTokenizer:
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None):
         self.root = server_root(url)
         self.model = model
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = {"Content-Type": "application/json", **auth_headers(api_key)}
 
     def _post(self, body: dict[str, Any]) -> list[int]:
         if self.model:
