@@ -32,8 +32,8 @@ from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
 from specguard.results.store import load_run
-from specguard.simulation.process import ScriptedProcess
-from specguard.simulation.scripted_server import Script
+from specguard.scripted.process import ScriptedProcess
+from specguard.scripted.server import Script
 
 VLLM_CLIENT = r"""
 import argparse, json, sys

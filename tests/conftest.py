@@ -11,8 +11,8 @@ import pytest
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import VllmRuntime, ensure_runtime
 from specguard.embedded.servers import embedded_server, embedded_spec
-from specguard.simulation.process import ScriptedProcess
-from specguard.simulation.scripted_server import Script
+from specguard.scripted.process import ScriptedProcess
+from specguard.scripted.server import Script
 from specguard.vllm.process import ManagedServer
 
 

@@ -146,10 +146,10 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
-    from specguard.planning.catalog import resolve_gpu
-    from specguard.planning.memory_plan import kv_dtype_bytes, weight_bits
-    from specguard.planning.render import print_plan
-    from specguard.planning.run import PLAN_OPTIONS, PlanRequest, build_plan
+    from specguard.sizing.catalog import resolve_gpu
+    from specguard.sizing.memory_plan import kv_dtype_bytes, weight_bits
+    from specguard.sizing.render import print_plan
+    from specguard.sizing.run import PLAN_OPTIONS, PlanRequest, build_plan
     from specguard.validation import options
 
     if (prompt_len is None) != (output_len is None):

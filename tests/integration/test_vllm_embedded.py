@@ -151,8 +151,8 @@ def test_predicted_kv_blocks_match_the_real_server(vllm_servers, models):
     """Gate 3's formula against vLLM's own count: the pool the server reports in vllm:cache_config_info."""
     import urllib.request
 
-    from specguard.memory.kv import num_blocks, shape_from_model_dir
     from specguard.server_metrics.parse import parse_metrics_text
+    from specguard.sizing.kv import num_blocks, shape_from_model_dir
 
     for name in ("baseline", "ngram"):  # n-gram keeps no draft KV: the same pool
         with urllib.request.urlopen(vllm_servers[name].metrics_url, timeout=10) as resp:

@@ -2,7 +2,7 @@
 
 import json
 
-from specguard.memory.kv import (
+from specguard.sizing.kv import (
     AttentionShape,
     kv_bytes_per_token,
     num_blocks,
@@ -49,7 +49,7 @@ def test_draft_layers_share_the_pool_and_cost_blocks():
 def test_embedded_target_config_shape(tmp_path):
     cfg = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "hidden_size": 256}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    from specguard.memory.kv import shape_from_model_dir
+    from specguard.sizing.kv import shape_from_model_dir
 
     s = shape_from_model_dir(tmp_path)
     assert (s.num_layers, s.num_kv_heads, s.head_dim) == (4, 2, 64)

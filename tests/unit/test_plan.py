@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.check.plan import PlanError, load_plan
+from specguard.check.plan import CheckPlanError, load_plan
 from specguard.check.runner import blocks
 from specguard.demo import DEMO_PLAN
 
@@ -60,7 +60,7 @@ def test_bad_plans_name_the_key(tmp_path, change, expected):
     old, new = change
     assert old in BASE
     p.write_text(BASE.replace(old, new))
-    with pytest.raises(PlanError) as e:
+    with pytest.raises(CheckPlanError) as e:
         load_plan(p)
     assert str(p) in str(e.value) and expected in str(e.value)
 
@@ -68,8 +68,8 @@ def test_bad_plans_name_the_key(tmp_path, change, expected):
 def test_not_yaml_and_not_a_mapping(tmp_path):
     p = tmp_path / "plan.yaml"
     p.write_text("arms: [unclosed\n")
-    with pytest.raises(PlanError, match="not valid YAML"):
+    with pytest.raises(CheckPlanError, match="not valid YAML"):
         load_plan(p)
     p.write_text("- a\n- b\n")
-    with pytest.raises(PlanError, match="expected a mapping"):
+    with pytest.raises(CheckPlanError, match="expected a mapping"):
         load_plan(p)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.memory.kv import kv_bytes_per_token
-from specguard.planning.catalog import GIB, MODELS, CatalogError, resolve_gpu, resolve_model
-from specguard.planning.recommend import Gate1Evidence, gate1_evidence, recommend
-from specguard.planning.run import PlanRequest, build_plan
+from specguard.sizing.catalog import GIB, MODELS, CatalogError, resolve_gpu, resolve_model
+from specguard.sizing.kv import kv_bytes_per_token
+from specguard.sizing.recommend import Gate1Evidence, gate1_evidence, recommend
+from specguard.sizing.run import PlanRequest, build_plan
 
 
 def _plan(**kw: object):

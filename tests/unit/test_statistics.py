@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specguard.analysis.statistics import (
+from specguard.analysis.ab_statistics import (
     compare_percentile,
     min_samples,
     weighted_percentile_rows,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specguard.analysis.statistics import RatioResult
+from specguard.analysis.ab_statistics import RatioResult
 from specguard.check.plan import Guardrails, Objective
 from specguard.check.verdict import CellComparison, Failure, decide
 

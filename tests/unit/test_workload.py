@@ -143,7 +143,7 @@ def test_assess_segments_replay_and_write_a_runnable_plan(tmp_path: Path) -> Non
 
 def test_plan_reads_an_assess_report(tmp_path: Path) -> None:
     """Gate 1 feeds Gates 2-3: the assess JSON gives plan its workload lengths and its method."""
-    from specguard.planning.run import PlanRequest, build_plan
+    from specguard.sizing.run import PlanRequest, build_plan
 
     line = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "a b c d e f a b c d",
             "sampling": {"temperature": 0}, "response": {"text": "e f a b c d e f a b c d e f"}}

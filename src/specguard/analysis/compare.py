@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from scipy import stats
 
+from specguard.analysis.ab_statistics import MIN_TAIL_SAMPLES, RatioResult, Repetition, compare_percentile
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.analysis.statistics import MIN_TAIL_SAMPLES, RatioResult, Repetition, compare_percentile
 from specguard.results.models import RequestRecord, RunInfo
 
 COMPARE_SCHEMA = "specguard.compare/1"

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import DEFINITIONS, inter_chunk_gaps, per_token_itl, tpot
-from specguard.analysis.stats import percentiles
 from specguard.results.models import GaugeSeries, MetricsSample, RequestRecord, Summary
 from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
 

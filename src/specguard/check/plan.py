@@ -141,7 +141,7 @@ class CheckPlan(_Strict):
         return self
 
 
-class PlanError(InputFileError):
+class CheckPlanError(InputFileError):
     """A plan that cannot be used; the message names the file, the key and what was expected."""
 
 
@@ -168,13 +168,13 @@ def load_plan(path: Path) -> CheckPlan:
     try:
         text = read_input_text(path, "check plan")
     except InputFileError as exc:
-        raise PlanError(str(exc)) from exc
+        raise CheckPlanError(str(exc)) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PlanError(f"{path}: not valid YAML: {exc}") from exc
+        raise CheckPlanError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise PlanError(f"{path}: expected a mapping at the top level")
+        raise CheckPlanError(f"{path}: expected a mapping at the top level")
     try:
         plan = CheckPlan.model_validate(data)
     except ValidationError as exc:
@@ -185,7 +185,7 @@ def load_plan(path: Path) -> CheckPlan:
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
             where = f"{path}:{yaml_line(root, err['loc'])}"
             lines.append(f"{where}: key '{loc}': {msg}" if loc else f"{where}: {msg}")
-        raise PlanError("\n".join(lines)) from exc
+        raise CheckPlanError("\n".join(lines)) from exc
     # Prompt files are relative to the plan.
     for p in plan.prompts:
         if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():

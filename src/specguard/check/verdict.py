@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from specguard.analysis.statistics import RatioResult
+from specguard.analysis.ab_statistics import RatioResult
 from specguard.check.plan import Guardrails, Objective
 
 Status = Literal["better", "worse", "no detectable difference", "inconclusive"]

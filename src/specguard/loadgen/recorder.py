@@ -75,7 +75,7 @@ class FinishedStream:
 
 
 @dataclass
-class Progress:
+class RecordWritten:
     seq: int
     ok: bool
     output_tokens: int
@@ -116,7 +116,7 @@ class Recorder:
     """The parent's side: a write pipe to the record worker and a read pipe for its progress notes."""
 
     def __init__(
-        self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[Progress], None],
+        self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[RecordWritten], None],
         on_failure: Callable[[], object] | None = None, cpus: set[int] | None = None,
     ) -> None:
         self.argv = [sys.executable, "-m", "specguard.loadgen.recorder", "--out", str(out), "--api", api]
@@ -156,7 +156,7 @@ class Recorder:
                     self.on_failure()
                 continue
             seq, ok, tokens = note
-            self.on_progress(Progress(seq=seq, ok=ok, output_tokens=tokens))
+            self.on_progress(RecordWritten(seq=seq, ok=ok, output_tokens=tokens))
 
     def _send(self, frame: object) -> None:
         data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
@@ -234,9 +234,7 @@ def _main() -> None:
     # Yield the CPU to the load generator, whose timestamps are the measurement.
     yield_cpu()
     if a.tokenizer is not None:
-        from specguard.loadgen.tokenizer import local_token_counter
-
-        tokenizer = local_token_counter(a.tokenizer)
+        tokenizer = _token_counter(a.tokenizer)
     try:
         out = JsonlAppender(a.out)
     except OSError as exc:
@@ -270,6 +268,18 @@ def _main() -> None:
     out.sync()
     out.close()
     sys.stdout.flush()
+
+
+def _token_counter(tokenizer_dir: Path) -> TokenCounter:
+    """Local token counting, the fallback when a server reports no usage."""
+    from specguard.tokenizer_files import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False).ids)
+
+    return count
 
 
 def _say(line: str) -> None:

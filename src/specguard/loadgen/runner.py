@@ -30,7 +30,7 @@ from specguard.lifetime import busy_poll_cpus, set_cpus, terminations_cancel
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.prompts import PromptSet
-from specguard.loadgen.recorder import Progress, Recorder
+from specguard.loadgen.recorder import Recorder, RecordWritten
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
@@ -70,7 +70,7 @@ class ProgressSink:
 
     def started(self, total: int | None, duration_s: float | None) -> None: ...
 
-    def finished(self, progress: Progress) -> None: ...
+    def finished(self, progress: RecordWritten) -> None: ...
 
 
 def endpoint_url(base_url: str, api: str) -> str:

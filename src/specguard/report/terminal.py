@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from specguard.analysis.compare import Comparison
-from specguard.loadgen.recorder import Progress as RecordProgress
+from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import ProgressSink
 from specguard.results.models import GaugeSeries, Percentiles, Summary
 
@@ -119,7 +119,7 @@ class RichProgress(ProgressSink):
         self.progress.update(self.task, total=total)
         self.progress.start()
 
-    def finished(self, progress: RecordProgress) -> None:
+    def finished(self, progress: RecordWritten) -> None:
         self.done += 1
         self.failed += 0 if progress.ok else 1
         self.tokens += progress.output_tokens

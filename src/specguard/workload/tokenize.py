@@ -15,13 +15,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from specguard.errors import RuntimeFailure
 from specguard.server_metrics.server_facts import auth_headers, server_root
+from specguard.tokenizer_files import TokenizeError, load_tokenizer, tokenizer_config, tokenizer_json
 from specguard.workload.logformat import RequestLogEntry
 
-
-class TokenizeError(RuntimeFailure):
-    pass
+__all__ = ["LocalTokenizer", "ServerTokenizer", "Tokenize", "TokenizeError"]
 
 
 class Tokenize(Protocol):
@@ -36,14 +34,9 @@ def _special(value: Any) -> str:
 
 class LocalTokenizer:
     def __init__(self, directory: Path):
-        from tokenizers import Tokenizer
-
-        path = directory / "tokenizer.json" if directory.is_dir() else directory
-        if not path.exists():
-            raise TokenizeError(f"{path}: no tokenizer.json (give a Hugging Face tokenizer directory)")
-        self._tok = Tokenizer.from_file(str(path))
-        base = path.parent
-        config = json.loads((base / "tokenizer_config.json").read_text()) if (base / "tokenizer_config.json").exists() else {}
+        self._tok = load_tokenizer(directory)
+        base = tokenizer_json(directory).parent
+        config = tokenizer_config(directory)
         template = config.get("chat_template")
         if (base / "chat_template.jinja").exists():
             template = (base / "chat_template.jinja").read_text()

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specguard.planning.catalog import GIB
-from specguard.planning.run import PlanReport
+from specguard.sizing.catalog import GIB
+from specguard.sizing.run import PlanReport
 
 
 def print_plan(p: PlanReport, console: Console) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from specguard.errors import UsageError
-from specguard.memory.kv import AttentionShape, shape_from_hf_config
+from specguard.sizing.kv import AttentionShape, shape_from_hf_config
 
 GIB = 1024**3
 MIB = 1024**2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specguard.simulation.scripted_server import ChunkLog, Script
+from specguard.scripted.server import ChunkLog, Script
 from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
 
@@ -18,7 +18,7 @@ class ScriptedProcess(ManagedServer):
         self.chunk_log = log_dir / "chunks.jsonl"
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "specguard.simulation.scripted_server", "--port", str(port),
+        return [sys.executable, "-m", "specguard.scripted.server", "--port", str(port),
                 "--log", str(self.chunk_log), "--script", self.script.model_dump_json()]
 
     def chunk_logs(self) -> dict[str, ChunkLog]:

@@ -26,7 +26,7 @@ they arrive, warm-up requests included) fails the way a real server can:
 Every request is logged (faulty ones too, with the fault named and the chunks
 sent before it). Without ``fault`` the behaviour is the plain scripted stream.
 
-Run: python -m specguard.simulation.scripted_server --port P --log FILE [options]
+Run: python -m specguard.scripted.server --port P --log FILE [options]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specguard.planning.catalog import MODELS, ModelEntry
+from specguard.sizing.catalog import MODELS, ModelEntry
 
 DEFAULT_K = {"ngram": 4, "ngram_gpu": 4, "draft_model": 5, "eagle": 3, "eagle3": 3, "mtp": 1}
 # A draft much above a tenth of the target stops being cheap; far below a hundredth it rarely agrees with it.

@@ -9,24 +9,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
-from specguard.memory.kv import kv_bytes_per_token
-from specguard.planning.catalog import GIB, GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
-from specguard.planning.memory_plan import (
-    DEFAULT_NON_KV_RESERVE_GIB,
-    DraftLayers,
-    MemoryInputs,
-    MemoryPlan,
-    PlanError,
-    Side,
-    kv_dtype_bytes,
-    plan_memory,
-    weight_bits,
-)
-from specguard.planning.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
 from specguard.preflight.findings import Finding
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.preflight.translate import config_json, to_spec_args
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
+from specguard.sizing.catalog import GIB, GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
+from specguard.sizing.kv import kv_bytes_per_token
+from specguard.sizing.memory_plan import (
+    DEFAULT_NON_KV_RESERVE_GIB,
+    DraftLayers,
+    MemoryInputs,
+    MemoryPlan,
+    Side,
+    SizingError,
+    kv_dtype_bytes,
+    plan_memory,
+    weight_bits,
+)
+from specguard.sizing.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
 from specguard.validation import HttpUrl, read_input_text
 from specguard.vllm import knowledge as K
 
@@ -147,7 +147,7 @@ def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEn
     bits = weight_bits(dtype)
     if canon == "mtp":
         if not target.mtp_layers:
-            raise PlanError(f"method mtp needs MTP layers, and {target.name} has none")
+            raise SizingError(f"method mtp needs MTP layers, and {target.name} has none")
         shape = target.shape.model_copy(update={"num_layers": target.mtp_layers})
         weights = (target.mtp_params or target.mtp_layers * target.decoder_layer_params) * bits / 8
     elif draft is not None:
@@ -160,7 +160,7 @@ def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEn
         notes.append(f"{method} head estimated as {layers} decoder layer(s) with the target's attention shape; "
                      "give the head's directory with --draft for its real size")
     else:
-        raise PlanError(f"method {method} needs a draft: give --draft NAME_OR_DIR")
+        raise SizingError(f"method {method} needs a draft: give --draft NAME_OR_DIR")
     # Medusa and MLP-speculator heads have weights but no attention: nothing in the KV pool.
     return DraftLayers(shape=shape if K.uses_draft_kv(method) else None, tensor_parallel_size=dtp, weight_bytes=weights,
                        lookahead_slots=K.lookahead_slots(method, k))
@@ -188,7 +188,7 @@ def _evidence(path: Path | None) -> Gate1Evidence | None:
     try:
         return gate1_evidence(json.loads(text), str(path))
     except (ValueError, KeyError, TypeError) as exc:
-        raise PlanError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
+        raise SizingError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
 
 
 def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:

@@ -15,8 +15,8 @@ import math
 from pydantic import BaseModel, Field
 
 from specguard.errors import UsageError
-from specguard.memory.kv import DTYPE_BYTES, AttentionShape, kv_bytes_per_token
-from specguard.planning.catalog import GIB
+from specguard.sizing.catalog import GIB
+from specguard.sizing.kv import DTYPE_BYTES, AttentionShape, kv_bytes_per_token
 
 # Bits per weight, scales included (group-128 int4 carries an fp16 scale and zero: 4 + 32/128).
 WEIGHT_BITS = {"bfloat16": 16, "float16": 16, "half": 16, "float32": 32, "fp8": 8, "int8": 8, "w8a8": 8,
@@ -24,15 +24,17 @@ WEIGHT_BITS = {"bfloat16": 16, "float16": 16, "half": 16, "float32": 32, "fp8": 
 DEFAULT_NON_KV_RESERVE_GIB = 2.0
 
 
-class PlanError(UsageError):
-    pass
+class SizingError(UsageError):
+    """Sizing inputs that cannot be used: an unknown dtype, no memory to size with, a method without its draft."""
+
+    code = "bad_sizing_input"
 
 
 def weight_bits(dtype: str) -> float:
     try:
         return WEIGHT_BITS[dtype.lower()]
     except KeyError:
-        raise PlanError(f"unknown weight dtype or quantization '{dtype}': one of {', '.join(WEIGHT_BITS)}") from None
+        raise SizingError(f"unknown weight dtype or quantization '{dtype}': one of {', '.join(WEIGHT_BITS)}") from None
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
@@ -42,7 +44,7 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     try:
         return DTYPE_BYTES[key.lower()]
     except KeyError:
-        raise PlanError(f"unknown KV-cache dtype '{key}': one of {', '.join(DTYPE_BYTES)}") from None
+        raise SizingError(f"unknown KV-cache dtype '{key}': one of {', '.join(DTYPE_BYTES)}") from None
 
 
 class DraftLayers(BaseModel):
@@ -101,7 +103,7 @@ def _side(inp: MemoryInputs, draft: DraftLayers | None) -> Side:
     elif inp.gpu_memory_bytes is not None:
         budget = math.ceil(inp.gpu_memory_bytes * inp.gpu_memory_utilization) - weights - inp.non_kv_reserve_bytes
     else:
-        raise PlanError("no memory to plan with: give a GPU, --gpu-memory-gib or --kv-cache-memory-gib")
+        raise SizingError("no memory to plan with: give a GPU, --gpu-memory-gib or --kv-cache-memory-gib")
     per_token = kv_bytes_per_token(inp.target_shape, inp.kv_dtype_bytes, tp)
     if draft and draft.shape is not None:
         per_token += kv_bytes_per_token(draft.shape, inp.kv_dtype_bytes, draft.tensor_parallel_size)
