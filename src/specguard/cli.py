@@ -31,8 +31,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-embedded_app = typer.Typer(help="The embedded default: a real vLLM CPU runtime and a small local model set.",
-                           epilog=EXIT_CODES_EPILOG, no_args_is_help=True)
+embedded_app = typer.Typer(
+    help="The embedded default: a real vLLM CPU runtime and a small local model set.",
+    epilog=EXIT_CODES_EPILOG,
+    no_args_is_help=True,
+)
 app.add_typer(embedded_app, name="embedded")
 register_gate_commands(app)
 
@@ -66,11 +69,22 @@ def _root(
 
 # Option name of each BenchConfig field, for messages that name what the user typed.
 BENCH_OPTIONS = {
-    "base_url": "--base-url", "model": "--model", "metrics_url": "--metrics-url", "request_timeout_s": "--request-timeout",
-    "scrape_interval_s": "--scrape-interval", "out_dir": "--out",
-    "load.rate": "--rate", "load.concurrency": "--concurrency", "load.burst": "--burst", "load.burstiness": "--burstiness",
-    "load.num_requests": "--num-requests", "load.duration_s": "--duration", "load.warmup_requests": "--warmup",
-    "load.seed": "--seed", "sampling.temperature": "--temperature", "sampling.top_p": "--top-p",
+    "base_url": "--base-url",
+    "model": "--model",
+    "metrics_url": "--metrics-url",
+    "request_timeout_s": "--request-timeout",
+    "scrape_interval_s": "--scrape-interval",
+    "out_dir": "--out",
+    "load.rate": "--rate",
+    "load.concurrency": "--concurrency",
+    "load.burst": "--burst",
+    "load.burstiness": "--burstiness",
+    "load.num_requests": "--num-requests",
+    "load.duration_s": "--duration",
+    "load.warmup_requests": "--warmup",
+    "load.seed": "--seed",
+    "sampling.temperature": "--temperature",
+    "sampling.top_p": "--top-p",
     "sampling.max_tokens": "--max-tokens",
 }
 
@@ -118,9 +132,15 @@ def bench(
     from specguard.server_metrics.server_facts import server_root
     from specguard.validation import check_base_url, finite, options
 
-    for value, name in ((rate, "--rate"), (burstiness, "--burstiness"), (duration, "--duration"),
-                        (request_timeout, "--request-timeout"), (scrape_interval, "--scrape-interval"),
-                        (temperature, "--temperature"), (top_p, "--top-p")):
+    for value, name in (
+        (rate, "--rate"),
+        (burstiness, "--burstiness"),
+        (duration, "--duration"),
+        (request_timeout, "--request-timeout"),
+        (scrape_interval, "--scrape-interval"),
+        (temperature, "--temperature"),
+        (top_p, "--top-p"),
+    ):
         finite(value, name)
     finite(burstiness, "--burstiness", positive=True)
     if arrival is not None and rate is None:
@@ -134,9 +154,15 @@ def bench(
     if not prompts.strip():
         raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
     load = load_shape_from_options(
-        rate=rate, arrival=(arrival or Arrival.poisson).value, burstiness=burstiness or 1.0, concurrency=concurrency,
+        rate=rate,
+        arrival=(arrival or Arrival.poisson).value,
+        burstiness=burstiness or 1.0,
+        concurrency=concurrency,
         burst=burst,
-        num_requests=num_requests, duration_s=duration, warmup_requests=warmup, seed=seed,
+        num_requests=num_requests,
+        duration_s=duration,
+        warmup_requests=warmup,
+        seed=seed,
     )
     tokenizer_option(tokenizer)
     if out.exists() and not out.is_dir():
@@ -144,13 +170,24 @@ def bench(
     held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]
     if held:  # refused here, before the server is asked anything
         raise OutputExistsError(f"--out {out}: already holds a run ({', '.join(held)}); choose a new --out directory")
-    cfg = options(BenchConfig, {
-        "base_url": base_url, "model": model, "api": api.value, "prompts": load_prompts(prompts, seed=seed), "load": load,
-        "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "ignore_eos": ignore_eos},
-        "metrics_url": None if metrics_url == "none" else (metrics_url or f"{server_root(base_url)}/metrics"),
-        "out_dir": out, "api_key": api_key_from_env(api_key_env), "request_timeout_s": request_timeout,
-        "scrape_interval_s": scrape_interval, "busy_poll": busy_poll,
-    }, BENCH_OPTIONS)
+    cfg = options(
+        BenchConfig,
+        {
+            "base_url": base_url,
+            "model": model,
+            "api": api.value,
+            "prompts": load_prompts(prompts, seed=seed),
+            "load": load,
+            "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "ignore_eos": ignore_eos},
+            "metrics_url": None if metrics_url == "none" else (metrics_url or f"{server_root(base_url)}/metrics"),
+            "out_dir": out,
+            "api_key": api_key_from_env(api_key_env),
+            "request_timeout_s": request_timeout,
+            "scrape_interval_s": scrape_interval,
+            "busy_poll": busy_poll,
+        },
+        BENCH_OPTIONS,
+    )
     progress: ProgressSink = ProgressSink() if quiet else RichProgress(err)
     try:
         summary = run_async(run_bench(cfg, progress, tokenizer))
@@ -198,8 +235,10 @@ def compare(
     b = load_run(candidate)
     result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
     if not result.comparable:
-        raise UsageError("the runs differ in more than the arm; refusing to compare: " + "; ".join(result.differences),
-                         {"differences": result.differences})
+        raise UsageError(
+            "the runs differ in more than the arm; refusing to compare: " + "; ".join(result.differences),
+            {"differences": result.differences},
+        )
     if json_out:
         print(result.model_dump_json(indent=2))
     else:
@@ -283,8 +322,10 @@ def demo(
     out = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     v = run_demo(out, log=lambda m: err.print(m, highlight=False))
     _print_verdict(v, out)
-    Console().print(f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); "
-                    "'specguard check' on this plan exits with it", highlight=False)
+    Console().print(
+        f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); 'specguard check' on this plan exits with it",
+        highlight=False,
+    )
 
 
 @embedded_app.command("install", epilog=EXIT_CODES_EPILOG)

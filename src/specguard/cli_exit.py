@@ -110,8 +110,9 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
             return outcome.fail(ExitCode.RUNTIME_FAILURE, "os_error", f"{where}{exc.strerror or exc}")
         except Exception as exc:  # the one place an unexpected error is turned into a line, not a traceback
             where = "traceback above" if outcome.traceback(exc) else _save_traceback(exc) + "; --debug shows it"
-            return outcome.fail(ExitCode.RUNTIME_FAILURE, "internal_error",
-                                f"internal error: {type(exc).__name__}: {exc} ({where})")
+            return outcome.fail(
+                ExitCode.RUNTIME_FAILURE, "internal_error", f"internal error: {type(exc).__name__}: {exc} ({where})"
+            )
 
 
 class SpecguardGroup(TyperGroup):

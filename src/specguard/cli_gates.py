@@ -107,9 +107,18 @@ def preflight(
     url_option(url)
     cfg = load_config(config) if config is not None else None
     argv = load_command(command) if command is not None else None
-    report = run_preflight(python=python, vllm=vllm, vllm_version=vllm_version, config=cfg, command=argv,
-                           target=target, tensor_parallel_size=tp, max_model_len=max_model_len, url=url_option(url),
-                           api_key=api_key_from_env(api_key_env))
+    report = run_preflight(
+        python=python,
+        vllm=vllm,
+        vllm_version=vllm_version,
+        config=cfg,
+        command=argv,
+        target=target,
+        tensor_parallel_size=tp,
+        max_model_len=max_model_len,
+        url=url_option(url),
+        api_key=api_key_from_env(api_key_env),
+    )
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
@@ -155,13 +164,34 @@ def plan(
     if (prompt_len is None) != (output_len is None):
         raise OptionError("--prompt-len and --output-len go together")
     version_option(vllm_version)
-    request = options(PlanRequest, dict(
-        target=target, gpu=gpu, gpu_memory_gib=gpu_memory_gib, kv_cache_memory_gib=kv_cache_memory_gib,
-        tensor_parallel_size=tp, draft=draft, method=method, draft_layers=draft_layers, draft_tensor_parallel_size=draft_tp,
-        num_speculative_tokens=num_speculative_tokens, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-        gpu_memory_utilization=gpu_memory_utilization, non_kv_reserve_gib=non_kv_reserve_gib, max_model_len=max_model_len,
-        block_size=block_size, prompt_len=prompt_len, output_len=output_len, expected_concurrency=expected_concurrency,
-        gate1=gate1, vllm_version=vllm_version, url=url), PLAN_OPTIONS)
+    request = options(
+        PlanRequest,
+        dict(
+            target=target,
+            gpu=gpu,
+            gpu_memory_gib=gpu_memory_gib,
+            kv_cache_memory_gib=kv_cache_memory_gib,
+            tensor_parallel_size=tp,
+            draft=draft,
+            method=method,
+            draft_layers=draft_layers,
+            draft_tensor_parallel_size=draft_tp,
+            num_speculative_tokens=num_speculative_tokens,
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            non_kv_reserve_gib=non_kv_reserve_gib,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            expected_concurrency=expected_concurrency,
+            gate1=gate1,
+            vllm_version=vllm_version,
+            url=url,
+        ),
+        PLAN_OPTIONS,
+    )
     resolve_gpu(request.gpu, request.gpu_memory_gib)  # an unknown --gpu is refused before --url is asked
     try:
         if dtype is not None:
@@ -179,8 +209,9 @@ def plan(
         print_plan(report, out)
 
 
-inventory_app = typer.Typer(help="Gate 3's pinned inventory: write one, or diff two.", no_args_is_help=False,
-                            epilog=EXIT_CODES_EPILOG)
+inventory_app = typer.Typer(
+    help="Gate 3's pinned inventory: write one, or diff two.", no_args_is_help=False, epilog=EXIT_CODES_EPILOG
+)
 
 
 @inventory_app.callback(invoke_without_command=True)
@@ -350,9 +381,20 @@ def assess(
             pass  # every line is checked before the first request goes to the server's /tokenize
     items: list[dict[str, object]] = []
     try:
-        report = run_assess(log, tok, str(tokenizer or f"{url}/tokenize"), fmt=log_format.value, skip_bad=skip_bad,
-                            rules=rules, sweep=sweep, suffix=suffix, max_model_len=max_model_len or NO_LIMIT, load=load,
-                            collect=items, requests_out=requests_out)
+        report = run_assess(
+            log,
+            tok,
+            str(tokenizer or f"{url}/tokenize"),
+            fmt=log_format.value,
+            skip_bad=skip_bad,
+            rules=rules,
+            sweep=sweep,
+            suffix=suffix,
+            max_model_len=max_model_len or NO_LIMIT,
+            load=load,
+            collect=items,
+            requests_out=requests_out,
+        )
     except Exception:
         if requests_out is not None:
             requests_out.unlink(missing_ok=True)  # a failed assessment leaves no half-written replay behind

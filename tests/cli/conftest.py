@@ -38,6 +38,7 @@ def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Guard:
                     a.close()
             g.events.append(f"{what}{args[1:2] if what == 'connect' else ''}")
             raise exc(f"the test guard refused {what}")
+
         return stub
 
     monkeypatch.setattr(socket.socket, "connect", refuse("connect", ConnectionRefusedError))

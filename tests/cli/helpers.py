@@ -128,18 +128,44 @@ def make_run(d: Path, n: int = 3, temperature: float | None = None) -> Path:
     from specguard.results.store import write_json_atomic
 
     d.mkdir(parents=True)
-    info = RunInfo(tool_version="0", base_url="http://127.0.0.1:9", api="completions", model="m", metrics_url=None,
-                   prompt_source="synthetic:random", prompt_count=1,
-                   load=LoadShape(kind="concurrency", concurrency=1, num_requests=n),
-                   sampling=SamplingOverrides(temperature=temperature), started_unix=time.time(),
-                   started_monotonic=0.0, finished_unix=time.time())
+    info = RunInfo(
+        tool_version="0",
+        base_url="http://127.0.0.1:9",
+        api="completions",
+        model="m",
+        metrics_url=None,
+        prompt_source="synthetic:random",
+        prompt_count=1,
+        load=LoadShape(kind="concurrency", concurrency=1, num_requests=n),
+        sampling=SamplingOverrides(temperature=temperature),
+        started_unix=time.time(),
+        started_monotonic=0.0,
+        finished_unix=time.time(),
+    )
     write_json_atomic(d / "run.json", info)
     with (d / "requests.jsonl").open("w") as f:
         for i in range(n):
-            r = RequestRecord(index=0, seq=i, request_id=f"r{i}", segment="default", ok=True, error=None,
-                              http_status=200, scheduled_s=i, sent_s=i, send_lag_s=0, ttft_s=0.01 + i / 1000,
-                              e2e_s=0.05, stream_end_s=0.05, chunk_times_s=[0.01, 0.03, 0.05], chunk_tokens=[1, 1, 1],
-                              token_source="server_usage", prompt_tokens=5, output_tokens=3, finish_reason="length")
+            r = RequestRecord(
+                index=0,
+                seq=i,
+                request_id=f"r{i}",
+                segment="default",
+                ok=True,
+                error=None,
+                http_status=200,
+                scheduled_s=i,
+                sent_s=i,
+                send_lag_s=0,
+                ttft_s=0.01 + i / 1000,
+                e2e_s=0.05,
+                stream_end_s=0.05,
+                chunk_times_s=[0.01, 0.03, 0.05],
+                chunk_tokens=[1, 1, 1],
+                token_source="server_usage",
+                prompt_tokens=5,
+                output_tokens=3,
+                finish_reason="length",
+            )
             f.write(r.model_dump_json() + "\n")
     return d
 
@@ -152,8 +178,10 @@ DEAD = "http://127.0.0.1:9"
 def plan_data() -> dict[str, Any]:
     return {
         "name": "t",
-        "arms": {"baseline": {"endpoint": {"base_url": DEAD, "model": "m"}},
-                 "candidate": {"endpoint": {"base_url": DEAD, "model": "m"}}},
+        "arms": {
+            "baseline": {"endpoint": {"base_url": DEAD, "model": "m"}},
+            "candidate": {"endpoint": {"base_url": DEAD, "model": "m"}},
+        },
         "repetitions": 1,
         "warmup": 0,
         "traffic": [{"name": "steady", "rate": 4, "num_requests": 2, "target": True}],

@@ -29,8 +29,12 @@ from tests.cli.helpers import (
     make_run,
 )
 
-ENTRY = {"schema_version": "specguard.request_log/1", "endpoint": "completions",
-         "prompt_token_ids": [1, 2, 3, 1, 2, 3], "response": {"token_ids": [1, 2, 3]}}
+ENTRY = {
+    "schema_version": "specguard.request_log/1",
+    "endpoint": "completions",
+    "prompt_token_ids": [1, 2, 3, 1, 2, 3],
+    "response": {"token_ids": [1, 2, 3]},
+}
 TEXT_ENTRY = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "needs /tokenize"}
 
 
@@ -78,8 +82,12 @@ def test_needs_a_tokenizer(cli: Cli, log: Path) -> None:
 
 
 def test_tokenizer_not_found(cli: Cli, log: Path, tmp_path: Path) -> None:
-    cli.fails(["assess", log, "--tokenizer", tmp_path / "nope", "--json"], USAGE,
-              f"--tokenizer {tmp_path / 'nope'}: not found", as_json=True)
+    cli.fails(
+        ["assess", log, "--tokenizer", tmp_path / "nope", "--json"],
+        USAGE,
+        f"--tokenizer {tmp_path / 'nope'}: not found",
+        as_json=True,
+    )
 
 
 def test_tokenizer_directory_without_tokenizer_json(cli: Cli, log: Path, tmp_path: Path) -> None:
@@ -90,8 +98,12 @@ def test_tokenizer_directory_without_tokenizer_json(cli: Cli, log: Path, tmp_pat
 def test_tokenizer_json_that_is_garbage(cli: Cli, log: Path, tmp_path: Path) -> None:
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("garbage")
-    cli.fails(["assess", log, "--tokenizer", tmp_path / "tok", "--json"], USAGE,
-              f"--tokenizer {tmp_path / 'tok'}: cannot load", as_json=True)
+    cli.fails(
+        ["assess", log, "--tokenizer", tmp_path / "tok", "--json"],
+        USAGE,
+        f"--tokenizer {tmp_path / 'tok'}: cannot load",
+        as_json=True,
+    )
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))
@@ -147,8 +159,7 @@ def test_requests_out_in_a_missing_directory(cli: Cli, log: Path, tmp_path: Path
 def test_write_plan_exists(cli: Cli, log: Path, tmp_path: Path) -> None:
     (tmp_path / "next").mkdir()
     (tmp_path / "next" / "plan.yaml").write_text("keep: me\n")
-    cli.fails([*base(log), "--write-plan", tmp_path / "next", "--target-model", "m"], USAGE,
-              "--write-plan: ", as_json=True)
+    cli.fails([*base(log), "--write-plan", tmp_path / "next", "--target-model", "m"], USAGE, "--write-plan: ", as_json=True)
     assert (tmp_path / "next" / "plan.yaml").read_text() == "keep: me\n"
 
 
@@ -172,12 +183,16 @@ def test_bad_plan_json_file(cli: Cli, log: Path, tmp_path: Path, kind: str) -> N
 def test_plan_json_that_is_not_a_plan(cli: Cli, log: Path, tmp_path: Path, text: str) -> None:
     path = tmp_path / "plan.json"
     path.write_text(text)
-    cli.fails([*base(log), "--plan-json", path], USAGE, f"--plan-json {path}: not a 'specguard plan --json' result",
-              as_json=True)
+    cli.fails([*base(log), "--plan-json", path], USAGE, f"--plan-json {path}: not a 'specguard plan --json' result", as_json=True)
 
 
-VALID = [["--max-model-len", "1"], ["--capacity-rps", "0.5"], ["--segment-rule", "all=.*"], ["--skip-bad"],
-         ["--no-sweep", "--no-suffix"]]
+VALID = [
+    ["--max-model-len", "1"],
+    ["--capacity-rps", "0.5"],
+    ["--segment-rule", "all=.*"],
+    ["--skip-bad"],
+    ["--no-sweep", "--no-suffix"],
+]
 
 
 @pytest.mark.parametrize("extra", VALID, ids=[case_id(v) for v in VALID])
@@ -214,5 +229,9 @@ def test_local_tokenizer_is_accepted(cli: Cli, tmp_path: Path, as_file: bool) ->
 def test_local_tokenizer_bad_line(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps({**TEXT_ENTRY, "prompt": "x"}) + "\n{bad\n")
-    cli.fails(["assess", path, "--tokenizer", word_tokenizer(tmp_path), "--json",
-               "--requests-out", tmp_path / "replay.jsonl"], USAGE, f"{path}:2: not JSON", as_json=True)
+    cli.fails(
+        ["assess", path, "--tokenizer", word_tokenizer(tmp_path), "--json", "--requests-out", tmp_path / "replay.jsonl"],
+        USAGE,
+        f"{path}:2: not JSON",
+        as_json=True,
+    )

@@ -28,13 +28,30 @@ from tests.cli.helpers import (
 
 
 def base(out: Path) -> list[str]:
-    return ["bench", "--base-url", DEAD, "--model", "m", "--prompts", "synthetic:random", "--out", str(out),
-            "--num-requests", "1", "--quiet"]
+    return [
+        "bench",
+        "--base-url",
+        DEAD,
+        "--model",
+        "m",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(out),
+        "--num-requests",
+        "1",
+        "--quiet",
+    ]
 
 
 def positive_float(option: str, bound: str = GT0) -> list[tuple[list[str], int, str]]:
-    return [([option, ZERO], USAGE, bound), ([option, NEG], USAGE, bound), ([option, NAN], USAGE, NOT_FINITE),
-            ([option, INF], USAGE, NOT_FINITE), ([option, WORD], USAGE, NOT_A_NUMBER)]
+    return [
+        ([option, ZERO], USAGE, bound),
+        ([option, NEG], USAGE, bound),
+        ([option, NAN], USAGE, NOT_FINITE),
+        ([option, INF], USAGE, NOT_FINITE),
+        ([option, WORD], USAGE, NOT_A_NUMBER),
+    ]
 
 
 CASES = [
@@ -102,14 +119,14 @@ def test_bad_option(cli: Cli, tmp_path: Path, extra: list[str], code: int, fragm
 def test_needs_a_stop(cli: Cli, tmp_path: Path) -> None:
     args = base(tmp_path / "run")
     i = args.index("--num-requests")
-    cli.fails(args[:i] + args[i + 2:], USAGE, "give --num-requests and/or --duration")
+    cli.fails(args[:i] + args[i + 2 :], USAGE, "give --num-requests and/or --duration")
 
 
 @pytest.mark.parametrize("missing", ["--base-url", "--model", "--prompts", "--out"])
 def test_required_option(cli: Cli, tmp_path: Path, missing: str) -> None:
     args = base(tmp_path / "run")
     i = args.index(missing)
-    cli.fails(args[:i] + args[i + 2:], USAGE, f"Missing option '{missing}'")
+    cli.fails(args[:i] + args[i + 2 :], USAGE, f"Missing option '{missing}'")
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))

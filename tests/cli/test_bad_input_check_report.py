@@ -26,11 +26,14 @@ def test_bad_plan_file(cli: Cli, tmp_path: Path, kind: str) -> None:
     cli.fails(check(path, tmp_path / "out"), USAGE, BAD_FILES[kind][1])
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("arms: [\n", "not valid YAML"),
-    ("- 1\n- 2\n", "expected a mapping at the top level"),
-    ("just a string\n", "expected a mapping at the top level"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("arms: [\n", "not valid YAML"),
+        ("- 1\n- 2\n", "expected a mapping at the top level"),
+        ("just a string\n", "expected a mapping at the top level"),
+    ],
+)
 def test_plan_that_is_not_a_mapping(cli: Cli, tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(text)
@@ -106,8 +109,11 @@ def test_prompt_file_not_found(cli: Cli, tmp_path: Path) -> None:
 
 def test_api_key_env_not_set(cli: Cli, tmp_path: Path) -> None:
     data = set_key(plan_data(), "arms.candidate.endpoint.api_key_env", "SPECGUARD_TEST_UNSET_VAR")
-    cli.fails(check(write_plan(tmp_path / "plan.yaml", data), tmp_path / "out"), USAGE,
-              "arms.candidate.endpoint.api_key_env: the environment variable SPECGUARD_TEST_UNSET_VAR is not set")
+    cli.fails(
+        check(write_plan(tmp_path / "plan.yaml", data), tmp_path / "out"),
+        USAGE,
+        "arms.candidate.endpoint.api_key_env: the environment variable SPECGUARD_TEST_UNSET_VAR is not set",
+    )
 
 
 def test_out_exists_and_is_not_empty(cli: Cli, tmp_path: Path) -> None:

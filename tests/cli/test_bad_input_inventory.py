@@ -23,8 +23,11 @@ CASES = [
     (["--url", "http://h:0"], USAGE, "--url http://h:0: port 0"),
     (["--url", "http://h:99999"], USAGE, "not a URL"),
     (["--url", "http://u:p@h:1"], USAGE, "credentials do not go in a URL"),
-    (["--url", DEAD, "--api-key-env", "SPECGUARD_TEST_UNSET_VAR"], USAGE,
-     "--api-key-env SPECGUARD_TEST_UNSET_VAR: the variable is not set"),
+    (
+        ["--url", DEAD, "--api-key-env", "SPECGUARD_TEST_UNSET_VAR"],
+        USAGE,
+        "--api-key-env SPECGUARD_TEST_UNSET_VAR: the variable is not set",
+    ),
     (["--command", ""], USAGE, "--command: expected a value"),
     (["--command", "echo hi there"], USAGE, "--command: no vLLM server invocation found"),
     (["--command", COMMAND, "--config", "{bad"], USAGE, "--config: line 1, column 2: not JSON"),
@@ -87,8 +90,9 @@ def test_out_in_a_missing_directory(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_run_not_found(cli: Cli, tmp_path: Path) -> None:
-    cli.fails([*base(tmp_path / "inventory.json"), "--command", COMMAND, "--run", tmp_path / "nope"], USAGE,
-              "run directory not found")
+    cli.fails(
+        [*base(tmp_path / "inventory.json"), "--command", COMMAND, "--run", tmp_path / "nope"], USAGE, "run directory not found"
+    )
 
 
 def test_run_that_is_not_a_run(cli: Cli, tmp_path: Path) -> None:

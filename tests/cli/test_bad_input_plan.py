@@ -31,10 +31,12 @@ BASE = ["plan", "--target", "llama-3.1-8b", "--gpu", "h100-80gb", "--vllm-versio
 
 def float_fuzz(option: str, *, zero_ok: bool = False) -> list[tuple[list[str], int, str]]:
     bound = "greater than or equal to 0" if zero_ok else GT0
-    cases = [([option, NEG], USAGE, f"{option}: Input should be {bound}"),
-             ([option, NAN], USAGE, f"{option}: Input should be a {PYD_NOT_FINITE}"),
-             ([option, INF], USAGE, f"{option}: Input should be a {PYD_NOT_FINITE}"),
-             ([option, WORD], USAGE, f"'{option}': Input should be a {NOT_A_NUMBER}")]
+    cases = [
+        ([option, NEG], USAGE, f"{option}: Input should be {bound}"),
+        ([option, NAN], USAGE, f"{option}: Input should be a {PYD_NOT_FINITE}"),
+        ([option, INF], USAGE, f"{option}: Input should be a {PYD_NOT_FINITE}"),
+        ([option, WORD], USAGE, f"'{option}': Input should be a {NOT_A_NUMBER}"),
+    ]
     if not zero_ok:
         cases.insert(0, ([option, ZERO], USAGE, f"{option}: Input should be {bound}"))
     return cases
@@ -42,8 +44,10 @@ def float_fuzz(option: str, *, zero_ok: bool = False) -> list[tuple[list[str], i
 
 def named_int_fuzz(option: str, prefix: tuple[str, ...] = ()) -> list[tuple[list[str], int, str]]:
     """Out of range: named by specguard (``--opt: ...``); not an integer: named by the parser (``'--opt'``)."""
-    return [(args, code, f"{option}: Input should be {GE1}" if frag == GE1 else f"'{option}': Input should be a {frag}")
-            for args, code, frag in int_fuzz(option, prefix=prefix)]
+    return [
+        (args, code, f"{option}: Input should be {GE1}" if frag == GE1 else f"'{option}': Input should be a {frag}")
+        for args, code, frag in int_fuzz(option, prefix=prefix)
+    ]
 
 
 CASES = [

@@ -30,8 +30,12 @@ def not_runs(tmp_path: Path) -> list[tuple[Path, str]]:
     (tmp_path / "a-file").write_text("x")
     only_requests = make_run(tmp_path / "only-requests")
     (only_requests / "run.json").unlink()
-    return [(tmp_path / "missing", "run directory not found"), (tmp_path / "a-file", "not a directory"),
-            (tmp_path / "empty-dir", str(tmp_path / "empty-dir")), (only_requests, str(only_requests / "run.json"))]
+    return [
+        (tmp_path / "missing", "run directory not found"),
+        (tmp_path / "a-file", "not a directory"),
+        (tmp_path / "empty-dir", str(tmp_path / "empty-dir")),
+        (only_requests, str(only_requests / "run.json")),
+    ]
 
 
 # --- summary ----------------------------------------------------------------------------------------
@@ -50,11 +54,14 @@ def test_summary_damaged_file(cli: Cli, tmp_path: Path, good: Path, name: str, k
     cli.fails(["summary", d, "--json"], USAGE, BAD_FILES[kind][1], as_json=True)
 
 
-@pytest.mark.parametrize(("name", "text", "fragment"), [
-    ("summary.json", '{"a": 1}', "key 'requests'"),
-    ("summary.json", "[1]", "summary.json: "),
-    ("requests.jsonl", '{"x": 1}\n{"x": 1}\n', "requests.jsonl:1: key 'index'"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "fragment"),
+    [
+        ("summary.json", '{"a": 1}', "key 'requests'"),
+        ("summary.json", "[1]", "summary.json: "),
+        ("requests.jsonl", '{"x": 1}\n{"x": 1}\n', "requests.jsonl:1: key 'index'"),
+    ],
+)
 def test_summary_not_a_record(cli: Cli, tmp_path: Path, good: Path, name: str, text: str, fragment: str) -> None:
     (good / name).write_text(text)
     if name == "requests.jsonl":
@@ -99,8 +106,9 @@ def test_compare_bad_seed(cli: Cli, good: Path, tmp_path: Path, extra: list[str]
 
 
 def test_compare_runs_that_differ(cli: Cli, good: Path, tmp_path: Path) -> None:
-    r = cli.fails(["compare", good, make_run(tmp_path / "hot", temperature=0.7), "--json"], USAGE,
-                  "refusing to compare", as_json=True)
+    r = cli.fails(
+        ["compare", good, make_run(tmp_path / "hot", temperature=0.7), "--json"], USAGE, "refusing to compare", as_json=True
+    )
     assert json.loads(r.stdout)["error"]["details"]["differences"]
 
 

@@ -21,10 +21,10 @@ MAX_TOKENS = 48
 
 
 def _complete(base_url: str, prompt: str) -> dict[str, Any]:
-    body = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "return_token_ids": True}
-    req = urllib.request.Request(f"{base_url}/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "return_token_ids": True}
+    req = urllib.request.Request(
+        f"{base_url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return {"request": body, "response": json.loads(resp.read())}
 
@@ -42,9 +42,23 @@ def test_predicted_ngram_acceptance_matches_the_real_server(vllm_servers, models
             pair = _complete(vllm_servers["baseline"].base_url, item.as_text())
             pair["segment"] = item.segment
             fh.write(json.dumps(pair) + "\n")
-    r = subprocess.run([sys.executable, "-m", "specguard", "assess", str(log), "--tokenizer",
-                        str(models.path("tokenizer")), "--max-model-len", "1024", "--json"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "assess",
+            str(log),
+            "--tokenizer",
+            str(models.path("tokenizer")),
+            "--max-model-len",
+            "1024",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     assert set(report["segments"]) == {item.segment for item in prompts.items}
@@ -85,9 +99,14 @@ def test_local_tokenization_matches_the_server(vllm_servers, models, tmp_path: P
     from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer
 
     entries = [
-        RequestLogEntry(endpoint="chat", messages=[{"role": "system", "content": "Be brief."},
-                                                   {"role": "user", "content": "Summarise: the cat sat on the mat."}],
-                        response={"text": "A cat sat."}),
+        RequestLogEntry(
+            endpoint="chat",
+            messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Summarise: the cat sat on the mat."},
+            ],
+            response={"text": "A cat sat."},
+        ),
         RequestLogEntry(endpoint="completions", prompt="def add(a, b):\n    return a + b\n", response={"text": " # sum"}),
     ]
     local = LocalTokenizer(models.path("tokenizer"))

@@ -28,18 +28,42 @@ FAST = {"ttft_ms": 5, "interval_ms": 5, "chunks": 4}
 
 def bench_cli(server, out: Path, *args: str, model: str = "scripted") -> subprocess.CompletedProcess[str]:
     r = subprocess.run(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", model,
-         "--prompts", "synthetic:random", "--out", str(out), "--metrics-url", "none", "--quiet", *args],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            model,
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--metrics-url",
+            "none",
+            "--quiet",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert "Traceback" not in r.stderr, r.stderr
     return r
 
 
 def bench_inproc(server, out: Path, n: int, timeout_s: float = 10) -> Summary:
-    cfg = BenchConfig(base_url=server.base_url, model="scripted", prompts=synthetic_prompts("random", count=4),
-                      load=LoadShape(kind="concurrency", concurrency=1, num_requests=n), metrics_url=None,
-                      out_dir=out, request_timeout_s=timeout_s)
+    cfg = BenchConfig(
+        base_url=server.base_url,
+        model="scripted",
+        prompts=synthetic_prompts("random", count=4),
+        load=LoadShape(kind="concurrency", concurrency=1, num_requests=n),
+        metrics_url=None,
+        out_dir=out,
+        request_timeout_s=timeout_s,
+    )
     return run_async(run_bench(cfg))
 
 
@@ -78,17 +102,21 @@ def test_wrong_model_gets_vllms_404_body_and_the_served_name_streams(scripted, t
     server = scripted(fault="wrong_model_404", **FAST)
 
     def post(model: str) -> urllib.request.Request:
-        return urllib.request.Request(f"{server.base_url}/v1/completions", method="POST",
-                                      data=json.dumps({"model": model, "prompt": "x", "stream": True}).encode(),
-                                      headers={"Content-Type": "application/json"})
+        return urllib.request.Request(
+            f"{server.base_url}/v1/completions",
+            method="POST",
+            data=json.dumps({"model": model, "prompt": "x", "stream": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
 
     try:
         urllib.request.urlopen(post("other"), timeout=5)
         raise AssertionError("a wrong model must be refused")
     except urllib.error.HTTPError as exc:
         assert exc.code == 404
-        assert json.loads(exc.read()) == {"error": {"message": "The model `other` does not exist.",
-                                                    "type": "NotFoundError", "param": "model", "code": 404}}
+        assert json.loads(exc.read()) == {
+            "error": {"message": "The model `other` does not exist.", "type": "NotFoundError", "param": "model", "code": 404}
+        }
     with urllib.request.urlopen(f"{server.base_url}/v1/models", timeout=5) as resp:
         assert [m["id"] for m in json.load(resp)["data"]] == ["scripted"]
     with urllib.request.urlopen(post("scripted"), timeout=5) as resp:

@@ -41,15 +41,17 @@ def test_check_verdict_report_and_exit_code_agree(vllm_servers, tmp_path):
     plan = tmp_path / "plan.yaml"
     plan.write_text(plan_text(vllm_servers["baseline"].base_url, vllm_servers["ngram"].base_url))
     out = tmp_path / "check"
-    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)], capture_output=True, text=True, timeout=900
+    )
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] in ("GO", "NO-GO", "INCONCLUSIVE") and verdict["reasons"]
     assert r.returncode == {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}[verdict["verdict"]], r.stderr[-2000:]
     assert verdict["verdict"] in r.stdout
     # one line per traffic level x sampling x segment, segments never averaged together
     assert {(x["traffic"], x["segment"]) for x in verdict["lines"]} == {
-        (t, s) for t in ("idle", "steady") for s in ("extraction", "chat")}
+        (t, s) for t in ("idle", "steady") for s in ("extraction", "chat")
+    }
     # the numbers in the verdict are the stored runs' numbers
     for cell in verdict["cells"]:
         obj = cell["objective"]
@@ -61,20 +63,23 @@ def test_check_verdict_report_and_exit_code_agree(vllm_servers, tmp_path):
     md = (out / "report.md").read_text()
     assert f"**{verdict['verdict']}**" in md and "## Reproduce" in md
     # rebuilding from the stored runs gives the same verdict, and the same exit code; never over the outputs unasked
-    refused = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True,
-                             timeout=300)
+    refused = subprocess.run([sys.executable, "-m", "specguard", "report", str(out)], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--force" in refused.stderr
-    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True,
-                           text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == r.returncode, again.stderr
     assert json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
 
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "report.png"
-    page = inspect_page(out / "report.html",
-                        "[document.querySelectorAll('.js-plotly-plot').length,"
-                        " document.querySelectorAll('.js-plotly-plot .main-svg').length,"
-                        " document.getElementById('verdict').innerText]", shot)
+    page = inspect_page(
+        out / "report.html",
+        "[document.querySelectorAll('.js-plotly-plot').length,"
+        " document.querySelectorAll('.js-plotly-plot .main-svg').length,"
+        " document.getElementById('verdict').innerText]",
+        shot,
+    )
     assert page["errors"] == []
     plots, svgs, banner = page["probe"]
     assert plots == 4 and svgs >= 4, page
@@ -116,8 +121,9 @@ def test_launched_arms_verdict_matches_the_stored_numbers(runtime, models, tmp_p
     plan = tmp_path / "plan.yaml"
     plan.write_text(LAUNCHED)
     out = tmp_path / "check"
-    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)], capture_output=True, text=True, timeout=900
+    )
     verdict = json.loads((out / "verdict.json").read_text())
     assert r.returncode == {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}[verdict["verdict"]], r.stderr[-3000:]
     inv = verdict["inventory"]
@@ -140,19 +146,34 @@ def test_launched_arms_verdict_matches_the_stored_numbers(runtime, models, tmp_p
             assert cell["objective"][key] == pytest.approx(by_hand)
         line = next(x for x in verdict["lines"] if (x["traffic"], x["segment"]) == (cell["traffic"], cell["segment"]))
         obj = cell["objective"]
-        expected = ("inconclusive" if not obj["enough_samples"] else "better" if obj["ci_high"] < 1
-                    else "worse" if obj["ci_low"] > 1 else "no detectable difference")
+        expected = (
+            "inconclusive"
+            if not obj["enough_samples"]
+            else "better"
+            if obj["ci_high"] < 1
+            else "worse"
+            if obj["ci_low"] > 1
+            else "no detectable difference"
+        )
         assert line["status"] == expected
 
 
 def test_check_refuses_a_bad_plan_and_a_dead_endpoint(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("arms: {}\n")
-    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(bad), "--out", str(tmp_path / "o")],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "check", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "key 'arms.baseline'" in r.stderr
     dead = tmp_path / "dead.yaml"
     dead.write_text(plan_text("http://127.0.0.1:9", "http://127.0.0.1:9"))
-    r = subprocess.run([sys.executable, "-m", "specguard", "check", str(dead), "--out", str(tmp_path / "d")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "check", str(dead), "--out", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 4 and "endpoint is gone" in r.stderr

@@ -63,8 +63,13 @@ def test_interrupted_check_resumes_to_the_same_verdict(scripted, tmp_path):
     assert r.returncode == expected[1]
 
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([sys.executable, "-m", "specguard", "check", str(plan), "--out", str(cut)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "check", str(plan), "--out", str(cut)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+    )
     state_path = cut / "check-state.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -117,11 +122,17 @@ def test_a_plan_is_resolved_before_anything_runs(scripted, tmp_path, monkeypatch
     cand = scripted(ttft_ms=5, interval_ms=5, chunks=4)
     text = PLAN.format(base=base.base_url, cand=cand.base_url, n=4)
     cases = {
-        "key": (text.replace('model: scripted}}\n  candidate', 'model: scripted, api_key_env: SG_UNSET_KEY}}\n  candidate')
-                .replace('model: scripted}}\nrep', 'model: scripted, api_key_env: SG_UNSET_KEY}}\nrep'), "SG_UNSET_KEY"),
+        "key": (
+            text.replace("model: scripted}}\n  candidate", "model: scripted, api_key_env: SG_UNSET_KEY}}\n  candidate").replace(
+                "model: scripted}}\nrep", "model: scripted, api_key_env: SG_UNSET_KEY}}\nrep"
+            ),
+            "SG_UNSET_KEY",
+        ),
         "synthetic": (text.replace("synthetic:random", "synthetic:nonsense"), "unknown synthetic prompt set"),
-        "file": (text.replace('"synthetic:random", count: 8}', '"synthetic:random", count: 8}\n  - {source: missing.jsonl}'),
-                 "prompt file not found"),
+        "file": (
+            text.replace('"synthetic:random", count: 8}', '"synthetic:random", count: 8}\n  - {source: missing.jsonl}'),
+            "prompt file not found",
+        ),
     }
     monkeypatch.delenv("SG_UNSET_KEY", raising=False)
     for name, (plan_text, fragment) in cases.items():

@@ -16,19 +16,40 @@ def specguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
 def test_bench_contract_and_summary(scripted, tmp_path):
     server = scripted(ttft_ms=10, interval_ms=5, chunks=8, tokens_pattern=[1, 3])
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"prompt": f"p{i}", "segment": "s" + str(i % 2), "max_tokens": 8})
-                                 for i in range(5)) + "\n")
+    prompts.write_text(
+        "\n".join(json.dumps({"prompt": f"p{i}", "segment": "s" + str(i % 2), "max_tokens": 8}) for i in range(5)) + "\n"
+    )
     out = tmp_path / "run"
-    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
-                  "--out", str(out), "--rate", "20", "--arrival", "gamma", "--burstiness", "0.5",
-                  "--num-requests", "12", "--seed", "3", "--quiet")
+    r = specguard(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--rate",
+        "20",
+        "--arrival",
+        "gamma",
+        "--burstiness",
+        "0.5",
+        "--num-requests",
+        "12",
+        "--seed",
+        "3",
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert len(lines) == 12
     for rec in lines:
         RequestRecord.model_validate(rec)
-        assert {"index", "segment", "ok", "error", "ttft_s", "e2e_s", "output_tokens", "chunk_times_s",
-                "chunk_tokens"} <= set(rec)
+        assert {"index", "segment", "ok", "error", "ttft_s", "e2e_s", "output_tokens", "chunk_times_s", "chunk_tokens"} <= set(
+            rec
+        )
         assert 0 <= rec["index"] <= 4 and rec["segment"] == "s" + str(rec["index"] % 2)
         assert rec["chunk_tokens"] == [1, 3, 1, 3, 1, 3, 1, 3] and rec["output_tokens"] == 16
     summary = json.loads((out / "summary.json").read_text())
@@ -41,9 +62,28 @@ def test_bench_contract_and_summary(scripted, tmp_path):
     assert run["load"]["kind"] == "gamma" and run["load"]["burstiness"] == 0.5
     # the same seed gives the same prompt order and schedule
     out2 = tmp_path / "run2"
-    specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
-              "--out", str(out2), "--rate", "20", "--arrival", "gamma", "--burstiness", "0.5",
-              "--num-requests", "12", "--seed", "3", "--quiet")
+    specguard(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out2),
+        "--rate",
+        "20",
+        "--arrival",
+        "gamma",
+        "--burstiness",
+        "0.5",
+        "--num-requests",
+        "12",
+        "--seed",
+        "3",
+        "--quiet",
+    )
     again = sorted((json.loads(x) for x in (out2 / "requests.jsonl").read_text().splitlines()), key=lambda x: x["seq"])
     first = sorted(lines, key=lambda x: x["seq"])
     assert [x["index"] for x in again] == [x["index"] for x in first]
@@ -59,8 +99,20 @@ def test_bad_prompt_file_fails_before_any_traffic(scripted, tmp_path):
     server = scripted()
     prompts = tmp_path / "bad.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"prompt": "x", "temprature": 0.1}\n')
-    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", str(prompts),
-                  "--out", str(tmp_path / "run"), "--num-requests", "3", "--quiet")
+    r = specguard(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(tmp_path / "run"),
+        "--num-requests",
+        "3",
+        "--quiet",
+    )
     assert r.returncode == 2
     assert f"{prompts}:2:" in r.stderr and "temprature" in r.stderr
     assert server.chunk_logs() == {}, "no request may reach the server"
@@ -68,11 +120,27 @@ def test_bad_prompt_file_fails_before_any_traffic(scripted, tmp_path):
 
 
 def test_usage_errors_exit_2(tmp_path):
-    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
-                  "--out", str(tmp_path / "x"), "--rate", "1", "--concurrency", "2", "--num-requests", "1")
+    r = specguard(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(tmp_path / "x"),
+        "--rate",
+        "1",
+        "--concurrency",
+        "2",
+        "--num-requests",
+        "1",
+    )
     assert r.returncode == 2 and "only one of" in r.stderr
-    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
-                  "--out", str(tmp_path / "x"))
+    r = specguard(
+        "bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random", "--out", str(tmp_path / "x")
+    )
     assert r.returncode == 2 and "--num-requests" in r.stderr
     r = specguard("summary", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "run directory not found" in r.stderr
@@ -80,8 +148,20 @@ def test_usage_errors_exit_2(tmp_path):
 
 def test_unreachable_server_gives_error_records_not_a_crash(tmp_path):
     out = tmp_path / "run"
-    r = specguard("bench", "--base-url", "http://127.0.0.1:9", "--model", "m", "--prompts", "synthetic:random",
-                  "--out", str(out), "--burst", "3", "--quiet")
+    r = specguard(
+        "bench",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(out),
+        "--burst",
+        "3",
+        "--quiet",
+    )
     assert r.returncode == 4, r.stderr
     assert "every request failed (3): 3 x ClientConnectorError" in r.stderr and "Traceback" not in r.stderr
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
@@ -95,9 +175,28 @@ def test_api_key_is_sent_but_never_written(scripted, tmp_path, monkeypatch):
     out = tmp_path / "run"
     secret = "sk-specguard-test-secret-123"
     proc = subprocess.run(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-         "--prompts", "synthetic:random", "--out", str(out), "--num-requests", "2", "--api-key-env", "SG_TEST_KEY"],
-        capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "SG_TEST_KEY": secret},
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--num-requests",
+            "2",
+            "--api-key-env",
+            "SG_TEST_KEY",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**__import__("os").environ, "SG_TEST_KEY": secret},
     )
     assert proc.returncode == 0, proc.stderr
     assert all(log.authorized for log in server.chunk_logs().values())
@@ -121,8 +220,22 @@ def test_without_server_usage_the_local_tokenizer_counts_and_the_source_is_recor
     # chunks carry 1, 3, 1, 3 words "x"; the server reports usage only at the end
     server = scripted(ttft_ms=5, interval_ms=5, chunks=4, tokens_pattern=[1, 3], usage="final")
     out = tmp_path / "tok-run"
-    r = specguard("bench", "--base-url", server.base_url, "--model", "scripted", "--prompts", "synthetic:random",
-                  "--out", str(out), "--num-requests", "2", "--tokenizer", str(_word_tokenizer(tmp_path)), "--quiet")
+    r = specguard(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(out),
+        "--num-requests",
+        "2",
+        "--tokenizer",
+        str(_word_tokenizer(tmp_path)),
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert all(x["token_source"] == "local_tokenizer" and x["chunk_tokens"] == [1, 3, 1, 3] for x in recs)
@@ -134,8 +247,20 @@ def test_without_server_usage_the_local_tokenizer_counts_and_the_source_is_recor
     # no usage at all and no tokenizer: one token per chunk, said so
     bare = scripted(ttft_ms=5, interval_ms=5, chunks=4, tokens_pattern=[1, 3], usage="none")
     out2 = tmp_path / "bare-run"
-    r = specguard("bench", "--base-url", bare.base_url, "--model", "scripted", "--prompts", "synthetic:random",
-                  "--out", str(out2), "--num-requests", "2", "--quiet")
+    r = specguard(
+        "bench",
+        "--base-url",
+        bare.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(out2),
+        "--num-requests",
+        "2",
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in (out2 / "requests.jsonl").read_text().splitlines()]
     assert all(x["token_source"] == "chunk_count" and x["chunk_tokens"] == [1, 1, 1, 1] for x in recs)

@@ -8,16 +8,40 @@ import sys
 
 
 def bench(server, out, *extra):
-    r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model",
-                        "scripted", "--prompts", "synthetic:random", "--out", str(out), "--concurrency", "8",
-                        "--num-requests", "120", "--seed", "4", "--quiet", *extra],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--concurrency",
+            "8",
+            "--num-requests",
+            "120",
+            "--seed",
+            "4",
+            "--quiet",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
 
 
 def compare(a, b, *extra):
-    return subprocess.run([sys.executable, "-m", "specguard", "compare", str(a), str(b), *extra],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "specguard", "compare", str(a), str(b), *extra], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_compare_finds_a_faster_candidate_with_intervals(scripted, tmp_path):
@@ -80,9 +104,28 @@ def test_compare_decides_by_prompt_content_not_path(scripted, tmp_path):
 
 def test_runs_without_a_successful_request_are_not_comparable(tmp_path):
     for name in ("a", "b"):
-        r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", "http://127.0.0.1:9", "--model",
-                            "m", "--prompts", "synthetic:random", "--out", str(tmp_path / name), "--burst", "2",
-                            "--quiet"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "specguard",
+                "bench",
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--model",
+                "m",
+                "--prompts",
+                "synthetic:random",
+                "--out",
+                str(tmp_path / name),
+                "--burst",
+                "2",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 4
     r = compare(tmp_path / "a", tmp_path / "b")
     assert r.returncode == 2 and "no successful request" in r.stderr

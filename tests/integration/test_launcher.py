@@ -39,8 +39,9 @@ def test_server_that_exits_reports_its_log_tail(runtime, models, tmp_path):
 
 
 def test_server_not_ready_in_time_is_stopped_with_its_log_tail(runtime, models, tmp_path):
-    server = ManagedServer(embedded_spec(models, "baseline"), runtime.serve_argv, tmp_path / "slow.log",
-                           runtime_env=runtime.env, startup_timeout_s=3)
+    server = ManagedServer(
+        embedded_spec(models, "baseline"), runtime.serve_argv, tmp_path / "slow.log", runtime_env=runtime.env, startup_timeout_s=3
+    )
     with pytest.raises(ServerStartError) as e:
         with server:
             pass
@@ -52,8 +53,13 @@ def test_server_not_ready_in_time_is_stopped_with_its_log_tail(runtime, models, 
 def _serve(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
     log = tmp_path / f"{name}.out"
     fh = log.open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "specguard", "embedded", "serve", "--method", "baseline"],
-                            stdout=fh, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "embedded", "serve", "--method", "baseline"],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=sigint_default,
+    )
     return proc, log
 
 

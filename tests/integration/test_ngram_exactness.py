@@ -46,7 +46,7 @@ def _planted(rng: random.Random) -> list[int]:
     while len(seq) < rng.randint(2, 300):
         if seq and rng.random() < 0.5:
             start = rng.randrange(len(seq))
-            seq += seq[start:start + rng.randint(1, 12)]
+            seq += seq[start : start + rng.randint(1, 12)]
         else:
             seq += [rng.randrange(vocab) for _ in range(rng.randint(1, 8))]
     return seq
@@ -62,11 +62,11 @@ def _contexts(models: ModelSet) -> list[dict]:
     ids = tok.encode(text).ids
     for _ in range(3000):  # real tokenized text, prefixes of every length
         start = rng.randrange(0, len(ids) - 50)
-        cases.append(_case(ids[start:start + rng.randint(1, 600)], rng))
+        cases.append(_case(ids[start : start + rng.randint(1, 600)], rng))
     for _ in range(400):  # edges: shorter than min_n, a match at the very end, k past max_model_len
         seq = _planted(rng)
         cases.append(_case(seq, rng, "short"))
-        cases.append(_case(seq + seq[-rng.randint(1, 5):], rng))
+        cases.append(_case(seq + seq[-rng.randint(1, 5) :], rng))
         tail = _case(seq, rng)
         tail["max_model_len"] = len(seq) + rng.randint(-2, 1)
         cases.append(tail)
@@ -81,12 +81,19 @@ def test_ngram_proposals_identical_to_vllm(runtime: VllmRuntime, models: ModelSe
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     script = tmp_path / "vllm_side.py"
     script.write_text(VLLM_SIDE)
-    res = subprocess.run([str(runtime.python), str(script), str(tmp_path / "cases.json"), str(tmp_path / "out.json")],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [str(runtime.python), str(script), str(tmp_path / "cases.json"), str(tmp_path / "out.json")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     theirs = json.loads((tmp_path / "out.json").read_text())
-    mismatches = [(c, t) for c, t in zip(cases, theirs)
-                  if ngram_propose(c["tokens"], c["min_n"], c["max_n"], c["k"], c["max_model_len"]) != t]
+    mismatches = [
+        (c, t)
+        for c, t in zip(cases, theirs)
+        if ngram_propose(c["tokens"], c["min_n"], c["max_n"], c["k"], c["max_model_len"]) != t
+    ]
     assert not mismatches, f"{len(mismatches)} of {len(cases)} differ, first: {mismatches[0]}"
     assert sum(1 for t in theirs if t) > len(cases) // 3, "most contexts should draft something"
     # the replay's known-sequence drafts give the same answer for a context that is a prefix of a longer one

@@ -32,30 +32,52 @@ def draft_server(runtime: VllmRuntime, models: ModelSet, vllm_logs: Path) -> Ite
 
 
 def _plan(*args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "specguard", "plan", *args, "--json"], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "plan", *args, "--json"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 @pytest.mark.parametrize("kind", ["baseline", "ngram"])
-def test_prediction_equals_server_blocks_without_draft(kind: str, vllm_servers: dict[str, ManagedServer],
-                                                       models: ModelSet) -> None:
+def test_prediction_equals_server_blocks_without_draft(
+    kind: str, vllm_servers: dict[str, ManagedServer], models: ModelSet
+) -> None:
     method = ["--method", "ngram"] if kind == "ngram" else []
-    report = _plan("--target", str(models.path("target")), *method, "--url", vllm_servers[kind].base_url,
-                   "--prompt-len", "64", "--output-len", "128")
+    report = _plan(
+        "--target",
+        str(models.path("target")),
+        *method,
+        "--url",
+        vllm_servers[kind].base_url,
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "128",
+    )
     cmp = report["server_comparison"]
     assert cmp["side"] == ("speculative" if kind == "ngram" else "baseline")
     assert cmp["predicted_blocks"] == cmp["server_blocks"] and cmp["error_percent"] == 0
     assert report["speculative"]["kv_tokens"] == report["baseline"]["kv_tokens"]  # n-gram holds no KV
 
 
-def test_prediction_equals_server_blocks_with_a_draft_model(draft_server: ManagedServer,
-                                                            vllm_servers: dict[str, ManagedServer],
-                                                            models: ModelSet) -> None:
-    report = _plan("--target", str(models.path("target")), "--draft", str(models.path("draft")),
-                   "--num-speculative-tokens", "3", "--url", draft_server.base_url,
-                   "--prompt-len", "64", "--output-len", "128")
+def test_prediction_equals_server_blocks_with_a_draft_model(
+    draft_server: ManagedServer, vllm_servers: dict[str, ManagedServer], models: ModelSet
+) -> None:
+    report = _plan(
+        "--target",
+        str(models.path("target")),
+        "--draft",
+        str(models.path("draft")),
+        "--num-speculative-tokens",
+        "3",
+        "--url",
+        draft_server.base_url,
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "128",
+    )
     cmp = report["server_comparison"]
     assert cmp["side"] == "speculative"
     assert cmp["predicted_blocks"] == cmp["server_blocks"], cmp

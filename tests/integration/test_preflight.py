@@ -53,8 +53,9 @@ def asked(runtime: VllmRuntime, dirs: dict[str, str]) -> dict[str, Any]:
     configs = [_fill(c["config"], dirs) for c in CORPUS["configs"]]
     argvs = [server_args(split_command(_fill(c["command"], dirs))) for c in CORPUS["commands"]]
     install = discover.VllmInstall(found_by="test", python=runtime.python, env=runtime.env)
-    _, answer = discover.probe(install, {"target": dirs["target"], "max_model_len": MAX_MODEL_LEN,
-                                         "configs": configs, "argvs": argvs})
+    _, answer = discover.probe(
+        install, {"target": dirs["target"], "max_model_len": MAX_MODEL_LEN, "configs": configs, "argvs": argvs}
+    )
     assert answer is not None, "the embedded vLLM could not be asked"
     return {"answer": answer, "configs": configs, "argvs": argvs}
 
@@ -65,9 +66,13 @@ def _context(dirs: dict[str, str], cfg: Any, answer: discover.ProbeAnswer, max_m
         return json.loads(p.read_text()) if p.exists() else None
 
     draft = cfg.get("model") if isinstance(cfg, dict) else None  # a corpus config may be any JSON value
-    return RuleContext(version=K.parse_version(answer.version), target_max_model_len=max_model_len,
-                       target_config=read(dirs["target"]), draft_config=read(draft) if isinstance(draft, str) else None,
-                       packages=answer.packages)
+    return RuleContext(
+        version=K.parse_version(answer.version),
+        target_max_model_len=max_model_len,
+        target_config=read(dirs["target"]),
+        draft_config=read(draft) if isinstance(draft, str) else None,
+        packages=answer.packages,
+    )
 
 
 def test_corpus_is_large_enough() -> None:
@@ -121,15 +126,21 @@ def test_command_verdict_matches_vllm(index: int, asked: dict[str, Any], dirs: d
 
 
 def _preflight(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "specguard", "preflight", *args, "--json"], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "specguard", "preflight", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
 def test_cli_contract_with_a_rejected_config(runtime: VllmRuntime) -> None:
-    rc, report = _preflight("--python", str(runtime.python), "--config",
-                            '{"method": "ngram", "num_speculative_tokens": 4, "tensor_parallel_size": 2}')
+    rc, report = _preflight(
+        "--python", str(runtime.python), "--config", '{"method": "ngram", "num_speculative_tokens": 4, "tensor_parallel_size": 2}'
+    )
     assert rc == 1
     assert report["version"] == runtime.vllm_version
     assert report["surface"] == {**report["surface"], "legacy_flags": False, "speculative_config": True, "spec_args": True}
@@ -140,11 +151,16 @@ def test_cli_contract_with_a_rejected_config(runtime: VllmRuntime) -> None:
     assert all(f["message"] and f["key"] for f in report["findings"])
 
 
-def test_broken_console_script_is_reported_and_the_server_inspected(
-        runtime: VllmRuntime, vllm_servers: dict[str, Any]) -> None:
+def test_broken_console_script_is_reported_and_the_server_inspected(runtime: VllmRuntime, vllm_servers: dict[str, Any]) -> None:
     script = runtime.python.parent / "vllm"
-    rc, report = _preflight("--vllm", str(script), "--url", vllm_servers["ngram"].base_url,
-                            "--config", '{"method": "ngram", "num_speculative_tokens": 4}')
+    rc, report = _preflight(
+        "--vllm",
+        str(script),
+        "--url",
+        vllm_servers["ngram"].base_url,
+        "--config",
+        '{"method": "ngram", "num_speculative_tokens": 4}',
+    )
     assert rc == 0 and report["valid"] is True
     assert report["version"] == runtime.vllm_version
     assert any("--version' fails" in w and "PackageNotFoundError" in w for w in report["workarounds"])
@@ -163,8 +179,13 @@ def test_baseline_server_shows_speculation_off(vllm_servers: dict[str, Any]) -> 
 
 def test_help_text_lists_the_same_speculation_options(runtime: VllmRuntime, asked: dict[str, Any]) -> None:
     """The --help=all reading (for an executable without an interpreter to ask) agrees with the parser object."""
-    proc = subprocess.run([str(runtime.python), "-m", API_SERVER_MODULE, "--help=all"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **runtime.env})
+    proc = subprocess.run(
+        [str(runtime.python), "-m", API_SERVER_MODULE, "--help=all"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **runtime.env},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     from_help = [o for o in discover.options_from_help(proc.stdout) if "spec" in o or "ngram" in o or o == "-sc"]
     assert from_help == asked["answer"].options
@@ -174,8 +195,10 @@ def test_working_executable_without_an_interpreter_is_read_from_its_help(runtime
     """A shell-wrapped vllm (no Python #! line to follow): version from --version, surface from --help=all."""
     wrapper = tmp_path / "vllm"
     env = " ".join(f"{k}={v}" for k, v in runtime.env.items())
-    wrapper.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then echo {runtime.vllm_version}; exit 0; fi\n"
-                       f"shift\nexec env {env} {runtime.python} -m {API_SERVER_MODULE} \"$@\"\n")
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo {runtime.vllm_version}; exit 0; fi\n'
+        f'shift\nexec env {env} {runtime.python} -m {API_SERVER_MODULE} "$@"\n'
+    )
     wrapper.chmod(0o755)
     rc, report = _preflight("--vllm", str(wrapper), "--config", '{"method": "medusa", "num_speculative_tokens": 3}')
     assert report["version"] == runtime.vllm_version and report["version_source"].endswith("--version")

@@ -30,8 +30,12 @@ def readme_commands() -> list[list[str]]:
 
 
 def help_text(*sub: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "specguard", *sub, "--help"], capture_output=True, text=True,
-                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", *sub, "--help"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -51,8 +55,23 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
         if cmd[0] != "specguard":
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
-        known = ("bench", "summary", "compare", "check", "report", "demo", "embedded", "install", "models", "serve",
-                 "preflight", "plan", "inventory", "diff", "assess")
+        known = (
+            "bench",
+            "summary",
+            "compare",
+            "check",
+            "report",
+            "demo",
+            "embedded",
+            "install",
+            "models",
+            "serve",
+            "preflight",
+            "plan",
+            "inventory",
+            "diff",
+            "assess",
+        )
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):
@@ -67,9 +86,24 @@ def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
     rows = re.findall(r"^\| (\d+) \| (.+?) \|$", README.split("## Exit codes", 1)[1].split("\n## ", 1)[0], flags=re.M)
     assert [(int(c), t) for c, t in rows] == [(int(c), t) for c, t in EXIT_CODE_TABLE]
     assert {int(c) for c, _ in EXIT_CODE_TABLE} == {int(c) for c in ExitCode} == {0, 1, 2, 3, 4, 130}
-    commands = [(), ("bench",), ("summary",), ("compare",), ("check",), ("report",), ("demo",), ("preflight",),
-                ("plan",), ("assess",), ("inventory",), ("inventory", "diff"), ("embedded",), ("embedded", "install"),
-                ("embedded", "models"), ("embedded", "serve")]
+    commands = [
+        (),
+        ("bench",),
+        ("summary",),
+        ("compare",),
+        ("check",),
+        ("report",),
+        ("demo",),
+        ("preflight",),
+        ("plan",),
+        ("assess",),
+        ("inventory",),
+        ("inventory", "diff"),
+        ("embedded",),
+        ("embedded", "install"),
+        ("embedded", "models"),
+        ("embedded", "serve"),
+    ]
     for sub in commands:
         text = " ".join(help_text(*sub).split())
         for code, meaning in EXIT_CODE_TABLE:
@@ -82,20 +116,21 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
     bench = next(c for c in readme_commands() if c[:2] == ["specguard", "bench"])
     args = bench[2:]
     out = tmp_path / "steady"
-    replace = {"--base-url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out),
-               "--num-requests": "10"}
+    replace = {"--base-url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out), "--num-requests": "10"}
     for i, a in enumerate(args):
         if a in replace:
             args[i + 1] = replace[a]
-    r = subprocess.run([sys.executable, "-m", "specguard", "bench", *args, "--quiet"], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "bench", *args, "--quiet"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] == 10 and summary["errors"] == 0
     assert set(summary["segments"]) <= {"extraction", "summarization", "chat", "code"}
     for cmd in (c for c in readme_commands() if c[:2] == ["specguard", "summary"]):
-        r = subprocess.run([sys.executable, "-m", "specguard", "summary", str(out), *cmd[3:]], capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "specguard", "summary", str(out), *cmd[3:]], capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0, r.stderr
         assert "ITL" in r.stdout or json.loads(r.stdout)["requests"] == 10
 
@@ -104,8 +139,9 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
 def test_make_demo_runs_the_main_job():
     """`make demo`, exactly as the README says: the packaged check plan on two real servers, verdict and report."""
     before = set((ROOT / "runs").glob("demo-*")) if (ROOT / "runs").exists() else set()
-    r = subprocess.run(["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                       env={**os.environ, "COLUMNS": "200"})
+    r = subprocess.run(
+        ["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ, "COLUMNS": "200"}
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (out,) = set((ROOT / "runs").glob("demo-*")) - before
     verdict = json.loads((out / "verdict.json").read_text())
@@ -113,7 +149,8 @@ def test_make_demo_runs_the_main_job():
     assert (out / "report.html").stat().st_size > 1_000_000  # plotly inlined: opens offline
     # idle, steady and burst; temperature 0 and 1; an extraction and a chat segment, each with its line
     assert {(x["traffic"], x["sampling"], x["segment"]) for x in verdict["lines"]} == {
-        (t, s, g) for t in ("idle", "steady", "burst") for s in ("greedy", "production") for g in ("extraction", "chat")}
+        (t, s, g) for t in ("idle", "steady", "burst") for s in ("greedy", "production") for g in ("extraction", "chat")
+    }
     assert verdict["inventory"]["candidate"]["speculative_config"]["method"] == "ngram"
     assert verdict["inventory"]["baseline"]["vllm_version"] == "0.32.0"
     # blocks alternated over two repetitions, each on a freshly started server
@@ -122,8 +159,9 @@ def test_make_demo_runs_the_main_job():
     # the demo names the exit code the verdict means, and exits 0 itself
     assert f"verdict exit code: {verdict['exit_code']}" in r.stdout
     # `specguard report DIR --force` (README) rebuilds the same verdict from the stored runs and exits with its code
-    again = subprocess.run([sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True,
-                           text=True, timeout=600)
+    again = subprocess.run(
+        [sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True, text=True, timeout=600
+    )
     assert again.returncode == verdict["exit_code"], again.stderr
     assert json.loads((out / "verdict.json").read_text())["reasons"] == verdict["reasons"]
 
@@ -133,8 +171,7 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
     """preflight (against the embedded vLLM or offline rules) and plan (catalogs) run exactly as the README shows."""
     ran = 0
     for cmd in readme_commands():
-        if cmd[0] != "specguard" or cmd[1] not in ("preflight", "plan") or any(
-                w.startswith(("http", "/etc/", "~")) for w in cmd):
+        if cmd[0] != "specguard" or cmd[1] not in ("preflight", "plan") or any(w.startswith(("http", "/etc/", "~")) for w in cmd):
             continue
         r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], capture_output=True, text=True, timeout=600)
         assert r.returncode in (0, 1), f"{shlex.join(cmd)}: {r.stderr[-2000:]}"

@@ -27,8 +27,15 @@ from tests.helpers import sigint_default
 
 
 def bench_cfg(server, out: Path, load: LoadShape, **kw) -> BenchConfig:
-    return BenchConfig(base_url=server.base_url, model="scripted", prompts=synthetic_prompts("random", count=8),
-                       load=load, metrics_url=server.metrics_url, out_dir=out, **kw)
+    return BenchConfig(
+        base_url=server.base_url,
+        model="scripted",
+        prompts=synthetic_prompts("random", count=8),
+        load=load,
+        metrics_url=server.metrics_url,
+        out_dir=out,
+        **kw,
+    )
 
 
 def timestamp_error_p99(scripted, out: Path, concurrent_late: bool = False) -> tuple[float, float]:
@@ -145,9 +152,26 @@ def test_server_killed_mid_run_gives_error_records_and_keeps_earlier_ones(script
 
 def bench_cli(server, out: Path, *load: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-         "--prompts", "synthetic:random", "--out", str(out), *load, "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            *load,
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
     )
 
 

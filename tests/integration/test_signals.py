@@ -26,9 +26,27 @@ from tests.helpers import descendants, no_traceback, sigint_default, wait_gone
 
 def start_bench(server, out: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-         "--prompts", "synthetic:random", "--out", str(out), "--quiet", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--quiet",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+        start_new_session=True,
     )
 
 
@@ -97,8 +115,9 @@ def test_bench_sigkill_of_the_parent_leaves_no_child_and_keeps_every_finished_re
     lines = (out / "requests.jsonl").read_text().splitlines()
     assert len(lines) >= 8 and all(json.loads(x)["ok"] for x in lines)
     # summary reads the killed run by recomputing it from its records, and says it is incomplete
-    r = subprocess.run([sys.executable, "-m", "specguard", "summary", str(out), "--json"], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", "summary", str(out), "--json"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["incomplete"] is True and summary["requests"] == len(lines)
@@ -142,9 +161,30 @@ def small_fs(tmp_path: Path) -> Iterator[callable]:
 def test_full_disk_is_one_clean_error_and_keeps_written_records(scripted, small_fs):
     server = scripted(ttft_ms=2, interval_ms=2, chunks=40)
     out = small_fs("full", size="96k") / "run"
-    r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-                        "--prompts", "synthetic:random", "--out", str(out), "--concurrency", "4",
-                        "--num-requests", "2000", "--quiet"], capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--concurrency",
+            "4",
+            "--num-requests",
+            "2000",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 4, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "No space left on device" in errors[0], r.stderr
@@ -158,9 +198,28 @@ def test_full_disk_is_one_clean_error_and_keeps_written_records(scripted, small_
 def test_read_only_output_is_one_clean_error(scripted, small_fs):
     server = scripted(ttft_ms=2, interval_ms=2, chunks=4)
     out = small_fs("ro", read_only=True) / "run"
-    r = subprocess.run([sys.executable, "-m", "specguard", "bench", "--base-url", server.base_url, "--model", "scripted",
-                        "--prompts", "synthetic:random", "--out", str(out), "--num-requests", "3", "--quiet"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specguard",
+            "bench",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "scripted",
+            "--prompts",
+            "synthetic:random",
+            "--out",
+            str(out),
+            "--num-requests",
+            "3",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 4, r.stderr
     assert "Read-only file system" in r.stderr and no_traceback(r.stdout, r.stderr)
     assert server.chunk_logs() == {}, "nothing is sent when nothing can be recorded"

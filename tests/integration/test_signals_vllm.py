@@ -46,9 +46,14 @@ def start_check(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN)
     out = tmp_path / "check"
-    proc = subprocess.Popen([sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "check", str(plan), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+        start_new_session=True,
+    )
     return proc, out
 
 
@@ -76,12 +81,19 @@ def test_sigkill_of_a_check_leaves_no_vllm_server_behind(runtime, models, tmp_pa
 def test_ctrl_c_to_the_group_stops_the_demo_cleanly_and_says_how_to_resume(runtime, models, tmp_path):
     """A terminal's Ctrl-C (SIGINT to the whole group) during the demo's first block, its server running."""
     out = tmp_path / "demo"
-    proc = subprocess.Popen([sys.executable, "-m", "specguard", "demo", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "demo", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+        start_new_session=True,
+    )
     run_dir = out / "runs" / "baseline" / "rep1" / "idle__greedy__p0"
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not ((run_dir / "requests.jsonl").exists()
-                                               and (run_dir / "requests.jsonl").read_text().count("\n") >= 2):
+    while time.monotonic() < deadline and not (
+        (run_dir / "requests.jsonl").exists() and (run_dir / "requests.jsonl").read_text().count("\n") >= 2
+    ):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.5)
     procs = descendants(proc.pid)
@@ -104,14 +116,37 @@ def test_assess_interrupted_exits_130_without_a_traceback(models, tmp_path):
     with log.open("w") as fh:
         for i in range(40_000):
             text = " ".join(words[(i + j) % 10] for j in range(60))
-            fh.write(json.dumps({"schema_version": "specguard.request_log/1", "endpoint": "completions",
-                                 "prompt": text, "response": {"text": text[: 120 + i % 50]}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "schema_version": "specguard.request_log/1",
+                        "endpoint": "completions",
+                        "prompt": text,
+                        "response": {"text": text[: 120 + i % 50]},
+                    }
+                )
+                + "\n"
+            )
     for sig, to_group in ((signal.SIGINT, True), (signal.SIGTERM, False)):
         per_request = tmp_path / f"requests-{sig.name}.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "specguard", "assess", str(log), "--tokenizer",
-                                 str(models.tokenizer), "--requests-out", str(per_request)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "specguard",
+                "assess",
+                str(log),
+                "--tokenizer",
+                str(models.tokenizer),
+                "--requests-out",
+                str(per_request),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=sigint_default,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (per_request.exists() and per_request.stat().st_size > 10_000):
             assert proc.poll() is None, proc.communicate()[1][-3000:]

@@ -16,9 +16,16 @@ pytestmark = pytest.mark.vllm
 
 
 def bench(server, out, prompts, load, temperature=0.0):
-    cfg = BenchConfig(base_url=server.base_url, model=SERVED_NAME, prompts=prompts, load=load,
-                      sampling=SamplingOverrides(temperature=temperature, max_tokens=48),
-                      metrics_url=server.metrics_url, out_dir=out, scrape_interval_s=0.5)
+    cfg = BenchConfig(
+        base_url=server.base_url,
+        model=SERVED_NAME,
+        prompts=prompts,
+        load=load,
+        sampling=SamplingOverrides(temperature=temperature, max_tokens=48),
+        metrics_url=server.metrics_url,
+        out_dir=out,
+        scrape_interval_s=0.5,
+    )
     return run_async(run_bench(cfg))
 
 
@@ -34,8 +41,12 @@ def test_runtime_reports_its_workarounds(runtime):
 def test_ngram_on_repetitive_prompts_accepts_and_chunks_carry_several_tokens(vllm_servers, tmp_path):
     server = vllm_servers["ngram"]
     out = tmp_path / "ngram"
-    summary = bench(server, out, synthetic_prompts("repetitive", count=16),
-                    LoadShape(kind="poisson", rate=4.0, num_requests=16, warmup_requests=1, seed=1))
+    summary = bench(
+        server,
+        out,
+        synthetic_prompts("repetitive", count=16),
+        LoadShape(kind="poisson", rate=4.0, num_requests=16, warmup_requests=1, seed=1),
+    )
     assert summary.errors == 0
     assert summary.acceptance is not None
     assert summary.acceptance.drafts > 0 and summary.acceptance.rate > 0
@@ -49,8 +60,9 @@ def test_ngram_on_repetitive_prompts_accepts_and_chunks_carry_several_tokens(vll
     for r in records:
         assert r.token_source == "server_usage"
         assert sum(r.chunk_tokens) == r.output_tokens
-        itl_sum = sum(g / n * n for g, n in zip(
-            [b - a for a, b in zip(r.chunk_times_s, r.chunk_times_s[1:])], r.chunk_tokens[1:]))
+        itl_sum = sum(
+            g / n * n for g, n in zip([b - a for a, b in zip(r.chunk_times_s, r.chunk_times_s[1:])], r.chunk_tokens[1:])
+        )
         assert itl_sum == pytest.approx(r.e2e_s - r.ttft_s, abs=1e-9)
     # per-token ITL summed over the run equals the summed (E2E - TTFT): nothing double counted or dropped
     from specguard.analysis.request_metrics import per_token_itl
@@ -66,8 +78,12 @@ def test_ngram_on_repetitive_prompts_accepts_and_chunks_carry_several_tokens(vll
 
 def test_baseline_has_no_spec_decode_counters_and_says_so(vllm_servers, tmp_path):
     server = vllm_servers["baseline"]
-    summary = bench(server, tmp_path / "base", synthetic_prompts("repetitive", count=8),
-                    LoadShape(kind="concurrency", concurrency=2, num_requests=8))
+    summary = bench(
+        server,
+        tmp_path / "base",
+        synthetic_prompts("repetitive", count=8),
+        LoadShape(kind="concurrency", concurrency=2, num_requests=8),
+    )
     assert summary.errors == 0
     assert summary.acceptance is None
     assert any("no spec-decode counters" in n for n in summary.notes)
@@ -111,11 +127,16 @@ def test_foreign_traffic_on_the_server_is_detected(vllm_servers, tmp_path):
 
 def test_chat_endpoint_on_real_vllm(vllm_servers, tmp_path):
     """The chat API: the role-only first chunk carries no tokens and does not count as the first token."""
-    cfg = BenchConfig(base_url=vllm_servers["ngram"].base_url, model=SERVED_NAME, api="chat",
-                      prompts=synthetic_prompts("repetitive", count=4),
-                      load=LoadShape(kind="idle", num_requests=4),
-                      sampling=SamplingOverrides(temperature=0.0, max_tokens=32),
-                      metrics_url=vllm_servers["ngram"].metrics_url, out_dir=tmp_path / "chat")
+    cfg = BenchConfig(
+        base_url=vllm_servers["ngram"].base_url,
+        model=SERVED_NAME,
+        api="chat",
+        prompts=synthetic_prompts("repetitive", count=4),
+        load=LoadShape(kind="idle", num_requests=4),
+        sampling=SamplingOverrides(temperature=0.0, max_tokens=32),
+        metrics_url=vllm_servers["ngram"].metrics_url,
+        out_dir=tmp_path / "chat",
+    )
     summary = run_async(run_bench(cfg))
     assert summary.errors == 0
     _, records, _ = load_run(tmp_path / "chat")
@@ -158,6 +179,9 @@ def test_predicted_kv_blocks_match_the_real_server(vllm_servers, models):
         with urllib.request.urlopen(vllm_servers[name].metrics_url, timeout=10) as resp:
             cache = parse_metrics_text(resp.read().decode(), 0.0, "before").cache_config
         assert cache is not None
-        predicted = num_blocks(int(cache["kv_cache_memory_bytes"]), [(shape_from_model_dir(models.path("target")), 2)],
-                               block_size=int(cache["block_size"]))
+        predicted = num_blocks(
+            int(cache["kv_cache_memory_bytes"]),
+            [(shape_from_model_dir(models.path("target")), 2)],
+            block_size=int(cache["block_size"]),
+        )
         assert predicted == int(cache["num_gpu_blocks"])

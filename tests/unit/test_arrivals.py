@@ -53,8 +53,13 @@ def test_count_and_duration_both_bound():
 
 @pytest.mark.parametrize(
     "kind,kw",
-    [("poisson", {"rate": 0, "num_requests": 3}), ("gamma", {"rate": 1, "burstiness": 0, "num_requests": 3}),
-     ("poisson", {"rate": 1}), ("idle", {"num_requests": 3}), ("burst", {"duration_s": 3})],
+    [
+        ("poisson", {"rate": 0, "num_requests": 3}),
+        ("gamma", {"rate": 1, "burstiness": 0, "num_requests": 3}),
+        ("poisson", {"rate": 1}),
+        ("idle", {"num_requests": 3}),
+        ("burst", {"duration_s": 3}),
+    ],
 )
 def test_bad_schedules_raise(kind, kw):
     with pytest.raises(ValueError):

@@ -13,18 +13,34 @@ def _inv(*args: str):
 
 
 def test_speculation_alone_is_one_variable() -> None:
-    d = diff_inventories(_inv("/m", "--max-model-len", "4096"),
-                         _inv("/m", "--max-model-len", "4096", "--speculative-config",
-                              '{"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 3}'))
+    d = diff_inventories(
+        _inv("/m", "--max-model-len", "4096"),
+        _inv(
+            "/m",
+            "--max-model-len",
+            "4096",
+            "--speculative-config",
+            '{"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 3}',
+        ),
+    )
     assert d.changed_variables == ["speculation"]
     assert {x.field for x in d.differences} == {"speculative_config", "draft.name"}
     assert not any("variables changed" in w for w in d.warnings)
 
 
 def test_more_than_one_variable_warns() -> None:
-    d = diff_inventories(_inv("org/model", "--revision", "abc"),
-                         _inv("org/model", "--revision", "def", "--quantization", "fp8", "--speculative-config",
-                              '{"method": "ngram", "num_speculative_tokens": 4}'))
+    d = diff_inventories(
+        _inv("org/model", "--revision", "abc"),
+        _inv(
+            "org/model",
+            "--revision",
+            "def",
+            "--quantization",
+            "fp8",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": 4}',
+        ),
+    )
     assert d.changed_variables == ["model revision", "speculation", "quantization"]
     assert any("3 variables changed" in w and "one at a time" in w for w in d.warnings)
 
@@ -47,5 +63,5 @@ def test_content_hash_follows_content_and_samples_big_files(tmp_path: Path) -> N
     with big.open("r+b") as fh:
         fh.write(b"y")  # the sampled head
     assert content_hash(tmp_path) != first
-    (tmp_path / "config.json").write_text("{\"a\": 1}")
+    (tmp_path / "config.json").write_text('{"a": 1}')
     assert content_hash(tmp_path) != first

@@ -13,8 +13,14 @@ from specguard.sizing.kv import (
 # Published configs (config.json fields that matter here).
 LLAMA3_8B = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096}
 LLAMA3_70B = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "hidden_size": 8192}
-DEEPSEEK_V3 = {"num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "hidden_size": 7168,
-               "kv_lora_rank": 512, "qk_rope_head_dim": 64}
+DEEPSEEK_V3 = {
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "hidden_size": 7168,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+}
 
 
 def test_llama3_kv_bytes_per_token_bf16():

@@ -46,15 +46,18 @@ prompts: [{source: "synthetic:random"}]
 """
 
 
-@pytest.mark.parametrize("change,expected", [
-    (("rate: 2", "rate: -2"), "key 'traffic.0.rate'"),
-    (("model: m}}\n  candidate", "model: m, api_key: s}}\n  candidate"), "key 'arms.baseline.endpoint.api_key': unknown key"),
-    (("target: true", "target: false"), "mark at least one traffic level"),
-    (("temperature: 0", "temprature: 0"), "key 'sampling.0.temprature': unknown key"),
-    (("rate: 2, num_requests: 10", "rate: 2, concurrency: 3, num_requests: 10"), "only one of --rate, --concurrency"),
-    (("{endpoint: {base_url: \"http://127.0.0.1:8001\", model: m}}", "{}"), "exactly one of 'launch' or 'endpoint'"),
-    (("prompts: [{source: \"synthetic:random\"}]", "prompts: []"), "key 'prompts'"),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (("rate: 2", "rate: -2"), "key 'traffic.0.rate'"),
+        (("model: m}}\n  candidate", "model: m, api_key: s}}\n  candidate"), "key 'arms.baseline.endpoint.api_key': unknown key"),
+        (("target: true", "target: false"), "mark at least one traffic level"),
+        (("temperature: 0", "temprature: 0"), "key 'sampling.0.temprature': unknown key"),
+        (("rate: 2, num_requests: 10", "rate: 2, concurrency: 3, num_requests: 10"), "only one of --rate, --concurrency"),
+        (('{endpoint: {base_url: "http://127.0.0.1:8001", model: m}}', "{}"), "exactly one of 'launch' or 'endpoint'"),
+        (('prompts: [{source: "synthetic:random"}]', "prompts: []"), "key 'prompts'"),
+    ],
+)
 def test_bad_plans_name_the_key(tmp_path, change, expected):
     p = tmp_path / "plan.yaml"
     old, new = change

@@ -34,8 +34,15 @@ def test_plan_reports_whole_model_kv_and_splits_per_gpu() -> None:
 def test_ngram_costs_no_kv_and_a_draft_costs_its_layers_and_lookahead() -> None:
     ngram = _plan(target="llama-3.1-8b", gpu="h100-80gb", method="ngram", prompt_len=500, output_len=200)
     assert ngram.speculative.kv_tokens == ngram.baseline.kv_tokens and ngram.headroom_lost_percent == 0
-    draft = _plan(target="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4, draft="llama-3.2-1b",
-                  prompt_len=500, output_len=200, num_speculative_tokens=5)
+    draft = _plan(
+        target="llama-3.1-70b",
+        gpu="h100-80gb",
+        tensor_parallel_size=4,
+        draft="llama-3.2-1b",
+        prompt_len=500,
+        output_len=200,
+        num_speculative_tokens=5,
+    )
     d = draft.speculative
     assert d.kv_bytes_per_token_per_gpu == 80 * 1024 + 16 * 2 * 2 * 64 * 2  # 1B draft: 8 KV heads x 64 over TP 4
     assert d.weights_bytes_per_gpu == pytest.approx(draft.target.weight_bytes / 4 + draft.draft.weight_bytes / 4)
@@ -50,8 +57,15 @@ def test_medusa_heads_cost_weights_but_no_kv() -> None:
 
 
 def test_expected_concurrency_warning_and_weights_that_do_not_fit() -> None:
-    p = _plan(target="llama-3.1-70b", gpu="h100-80gb", tensor_parallel_size=4, draft="llama-3.1-8b",
-              prompt_len=1000, output_len=300, expected_concurrency=300)
+    p = _plan(
+        target="llama-3.1-70b",
+        gpu="h100-80gb",
+        tensor_parallel_size=4,
+        draft="llama-3.1-8b",
+        prompt_len=1000,
+        output_len=300,
+        expected_concurrency=300,
+    )
     assert p.speculative.max_concurrency < 300 <= p.baseline.max_concurrency
     assert any("pushes the expected concurrency" in w for w in p.warnings)
     big = _plan(target="llama-3.1-405b", gpu="h100-80gb")
@@ -80,12 +94,17 @@ def test_recommendations() -> None:
 
 
 def test_gate1_report_reading() -> None:
-    report = {"segments": {"chat": {"verdict": "poor candidate", "ngram": {"acceptance_rate": 0.1}},
-                           "code": {"verdict": "good candidate", "ngram": {"acceptance_rate": 0.7}}}}
+    report = {
+        "segments": {
+            "chat": {"verdict": "poor candidate", "ngram": {"acceptance_rate": 0.1}},
+            "code": {"verdict": "good candidate", "ngram": {"acceptance_rate": 0.7}},
+        }
+    }
     ev = gate1_evidence(report, "a.json")
     assert not ev.poor_candidate and ev.ngram_acceptance == 0.7
-    assert gate1_evidence({"segments": {"chat": {"verdict": "leave speculation off"},
-                                        "code": {"verdict": "poor candidate"}}}, "b").poor_candidate
+    assert gate1_evidence(
+        {"segments": {"chat": {"verdict": "leave speculation off"}, "code": {"verdict": "poor candidate"}}}, "b"
+    ).poor_candidate
 
 
 def test_catalog_errors_name_the_choices(tmp_path) -> None:
@@ -94,7 +113,7 @@ def test_catalog_errors_name_the_choices(tmp_path) -> None:
     with pytest.raises(CatalogError, match="h100-80gb"):
         resolve_gpu("tpu-v5", None)
     assert resolve_model("meta-llama/Llama-3.1-8B-Instruct").name == "llama-3.1-8b"
-    (tmp_path / "config.json").write_text("{\"num_hidden_layers\": 2}")
+    (tmp_path / "config.json").write_text('{"num_hidden_layers": 2}')
     with pytest.raises(CatalogError, match="config.json"):
         resolve_model(str(tmp_path))
 
@@ -103,9 +122,15 @@ def test_gate1_report_supplies_lengths_and_can_veto(tmp_path) -> None:
     import json
 
     report = tmp_path / "assess.json"
-    report.write_text(json.dumps({"mean_prompt_tokens": 812.4, "mean_output_tokens": 190.0,
-                                  "segments": {"extraction": {"verdict": "good candidate",
-                                                              "ngram": {"acceptance_rate": 0.62}}}}))
+    report.write_text(
+        json.dumps(
+            {
+                "mean_prompt_tokens": 812.4,
+                "mean_output_tokens": 190.0,
+                "segments": {"extraction": {"verdict": "good candidate", "ngram": {"acceptance_rate": 0.62}}},
+            }
+        )
+    )
     p = _plan(target="llama-3.1-8b", gpu="h100-80gb", gate1=report)
     assert p.method == "ngram" and "62%" in p.recommendation.reasons[0]
     assert p.baseline.tokens_per_sequence == 812 + 190

@@ -86,8 +86,12 @@ def test_config_surface_absent_before_0_8_2() -> None:
 
 
 def test_draft_limits_against_target() -> None:
-    ctx = {"tensor_parallel_size": 4, "target_max_model_len": 8192, "target_config": {"vocab_size": 128256},
-           "draft_config": {"vocab_size": 32000, "max_position_embeddings": 4096}}
+    ctx = {
+        "tensor_parallel_size": 4,
+        "target_max_model_len": 8192,
+        "target_config": {"vocab_size": 128256},
+        "draft_config": {"vocab_size": 32000, "max_position_embeddings": 4096},
+    }
     findings = _check({**DRAFT, "draft_tensor_parallel_size": 2, "max_model_len": 6000}, "0.32.0", **ctx)
     assert _keys(findings) == {"draft_tensor_parallel_size", "max_model_len", "model"}
     ok = _check({**DRAFT, "draft_tensor_parallel_size": 4, "use_heterogeneous_vocab": True}, "0.32.0", **ctx)
@@ -95,8 +99,14 @@ def test_draft_limits_against_target() -> None:
 
 
 def test_every_error_names_key_rule_and_fix() -> None:
-    bad = {"method": "ngram", "num_speculative_tokens": 0, "prompt_lookup_min": 0, "lookahead": 1,
-           "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.5, 0.9]}
+    bad = {
+        "method": "ngram",
+        "num_speculative_tokens": 0,
+        "prompt_lookup_min": 0,
+        "lookahead": 1,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": [0.5, 0.9],
+    }
     findings = errors(_check(bad, "0.32.0"))
     assert len(findings) >= 4
     for f in findings:

@@ -14,11 +14,14 @@ def write(tmp_path, lines):
 
 
 def test_good_file_keeps_file_lines(tmp_path):
-    p = write(tmp_path, [
-        json.dumps({"prompt": "hello", "segment": "chat", "max_tokens": 8}),
-        "",
-        json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.0}),
-    ])
+    p = write(
+        tmp_path,
+        [
+            json.dumps({"prompt": "hello", "segment": "chat", "max_tokens": 8}),
+            "",
+            json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 0.0}),
+        ],
+    )
     ps = load_prompt_file(p)
     assert len(ps.items) == 2
     assert ps.lines == [0, 2]
@@ -58,7 +61,7 @@ def test_empty_and_missing_files(tmp_path):
     (tmp_path / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"prompt": "a"}\n')
     with pytest.raises(PromptFileError, match="byte-order mark"):
         load_prompt_file(tmp_path / "bom.jsonl")
-    (tmp_path / "bin.jsonl").write_bytes(b'\x00\x01\x02garbage')
+    (tmp_path / "bin.jsonl").write_bytes(b"\x00\x01\x02garbage")
     with pytest.raises(PromptFileError, match="binary file"):
         load_prompt_file(tmp_path / "bin.jsonl")
 

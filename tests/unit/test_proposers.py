@@ -48,6 +48,7 @@ def test_ngram_replay_counts_as_vllm_does() -> None:
 def test_suffix_tree_counts_and_removal() -> None:
     tree = SuffixTree(max_depth=3)
     tree.append("a", [1, 2, 1, 2])
+
     def count(*path: int) -> int:
         node = tree.root
         for tok in path:

@@ -29,15 +29,15 @@ def test_itl_rejects_mismatched_lengths():
 
 
 def test_chunk_tokens_from_server_usage_drop_tokenless_chunks():
-    parsed = ParsedStream(chunk_times=[0.01, 0.02, 0.03, 0.05], chunk_texts=["", "a", "bcd", ""],
-                          chunk_usage=[0, 1, 4, 4], completion_tokens=4)
+    parsed = ParsedStream(
+        chunk_times=[0.01, 0.02, 0.03, 0.05], chunk_texts=["", "a", "bcd", ""], chunk_usage=[0, 1, 4, 4], completion_tokens=4
+    )
     times, tokens, source, total = chunk_token_counts(parsed, None)
     assert (times, tokens, source, total) == ([0.02, 0.03], [1, 3], "server_usage", 4)
 
 
 def test_chunk_tokens_fall_back_to_tokenizer_then_chunk_count():
-    parsed = ParsedStream(chunk_times=[0.01, 0.02], chunk_texts=["ab", "cde"], chunk_usage=[None, None],
-                          completion_tokens=5)
+    parsed = ParsedStream(chunk_times=[0.01, 0.02], chunk_texts=["ab", "cde"], chunk_usage=[None, None], completion_tokens=5)
     _, tokens, source, total = chunk_token_counts(parsed, lambda s: len(s))
     assert (tokens, source, total) == ([2, 3], "local_tokenizer", 5)
     _, tokens, source, total = chunk_token_counts(parsed, None)
@@ -45,12 +45,27 @@ def test_chunk_tokens_fall_back_to_tokenizer_then_chunk_count():
 
 
 def _record(seq, times, tokens, ok=True):
-    return RequestRecord(index=seq, seq=seq, request_id=f"r{seq}", segment="s", ok=ok, error=None if ok else "x",
-                         http_status=200, scheduled_s=seq, sent_s=seq, send_lag_s=0.0,
-                         ttft_s=times[0] if times else None, e2e_s=times[-1] if times else None,
-                         stream_end_s=times[-1] if times else 0.0, chunk_times_s=times, chunk_tokens=tokens,
-                         token_source="server_usage", prompt_tokens=4, output_tokens=sum(tokens),
-                         finish_reason="length")
+    return RequestRecord(
+        index=seq,
+        seq=seq,
+        request_id=f"r{seq}",
+        segment="s",
+        ok=ok,
+        error=None if ok else "x",
+        http_status=200,
+        scheduled_s=seq,
+        sent_s=seq,
+        send_lag_s=0.0,
+        ttft_s=times[0] if times else None,
+        e2e_s=times[-1] if times else None,
+        stream_end_s=times[-1] if times else 0.0,
+        chunk_times_s=times,
+        chunk_tokens=tokens,
+        token_source="server_usage",
+        prompt_tokens=4,
+        output_tokens=sum(tokens),
+        finish_reason="length",
+    )
 
 
 def test_summary_percentiles_and_rates():

@@ -4,8 +4,13 @@ from specguard.vllm.server_spec import ServerSpec, build_argv
 
 
 def test_module_entry_point_uses_model_flag():
-    spec = ServerSpec(model="/m/target", served_model_name="tiny", max_model_len=1024,
-                      speculative_config={"method": "ngram", "num_speculative_tokens": 4}, extra_args=["--seed", "1"])
+    spec = ServerSpec(
+        model="/m/target",
+        served_model_name="tiny",
+        max_model_len=1024,
+        speculative_config={"method": "ngram", "num_speculative_tokens": 4},
+        extra_args=["--seed", "1"],
+    )
     argv = build_argv(spec, ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"], 8123)
     assert argv[:5] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/target"]
     assert argv[argv.index("--port") + 1] == "8123"

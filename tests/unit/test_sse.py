@@ -22,8 +22,9 @@ def chunk(text, n, finish=None, chat=False, usage=True):
 
 
 def stream(texts_counts, chat=False, usage=True):
-    out = [ev(chunk(t, n, "length" if i == len(texts_counts) - 1 else None, chat, usage))
-           for i, (t, n) in enumerate(texts_counts)]
+    out = [
+        ev(chunk(t, n, "length" if i == len(texts_counts) - 1 else None, chat, usage)) for i, (t, n) in enumerate(texts_counts)
+    ]
     out.append(ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": texts_counts[-1][1]}}))
     out.append(b"data: [DONE]\n\n")
     return out
@@ -33,7 +34,7 @@ def test_each_event_gets_the_time_of_the_read_that_completed_it():
     events = stream([("a", 1), ("bc", 3), ("d", 4)])
     blob = b"".join(events)
     cut1 = len(events[0]) + 5  # the second event is split across reads 1 and 2
-    pieces = [(0.1, blob[:cut1]), (0.2, blob[cut1:cut1 + len(events[1])]), (0.3, blob[cut1 + len(events[1]):])]
+    pieces = [(0.1, blob[:cut1]), (0.2, blob[cut1 : cut1 + len(events[1])]), (0.3, blob[cut1 + len(events[1]) :])]
     p = parse_stream(pieces, "completions")
     assert p.chunk_times == [0.1, 0.2, 0.3]  # event 2 ends inside read 2, event 3 inside read 3
     assert p.chunk_usage == [1, 3, 4]
@@ -43,7 +44,7 @@ def test_each_event_gets_the_time_of_the_read_that_completed_it():
 @pytest.mark.parametrize("chat", [False, True])
 def test_fast_path_equals_full_parse_on_tricky_texts(chat):
     rng = random.Random(5)
-    nasty = ['"completion_tokens": 999', '\\\\', '"', "\\n\\n", "data: [DONE]", "\\u2603", '{"error": 1}', "x"]
+    nasty = ['"completion_tokens": 999', "\\\\", '"', "\\n\\n", "data: [DONE]", "\\u2603", '{"error": 1}', "x"]
     counts = list(range(1, 60))
     items = [(rng.choice(nasty) + rng.choice(nasty), n) for n in counts]
     events = stream(items, chat=chat)
@@ -68,7 +69,7 @@ def test_incremental_feed_matches_one_shot():
     whole = parse_stream(pieces, "completions")
     inc = SSEParser("completions")
     for k in range(0, len(pieces), 4):
-        inc.feed(pieces[k:k + 4])
+        inc.feed(pieces[k : k + 4])
     assert inc.result() == whole
 
 
@@ -88,8 +89,10 @@ def test_server_error_event_and_missing_done():
 
 
 def test_comments_and_multiline_events_take_the_full_path():
-    pieces = [(0.1, b": keep-alive\n\n" + b"event: message\ndata: " + json.dumps(chunk("a", 1)).encode() + b"\n\n"),
-              (0.2, b"data: [DONE]\n\n")]
+    pieces = [
+        (0.1, b": keep-alive\n\n" + b"event: message\ndata: " + json.dumps(chunk("a", 1)).encode() + b"\n\n"),
+        (0.2, b"data: [DONE]\n\n"),
+    ]
     p = parse_stream(pieces, "completions")
     assert p.chunk_usage == [1] and p.chunk_texts == ["a"] and p.done
 

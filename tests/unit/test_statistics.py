@@ -44,8 +44,7 @@ def test_per_token_values_are_resampled_by_request():
     rng = np.random.default_rng(3)
 
     def arm(scale):
-        return [[list(scale * (rng.lognormal(2, 0.6) + rng.normal(0, 0.05, size=50).clip(-0.5)))
-                 for _ in range(80)]]
+        return [[list(scale * (rng.lognormal(2, 0.6) + rng.normal(0, 0.05, size=50).clip(-0.5))) for _ in range(80)]]
 
     est = compare_percentile(arm(1.0), arm(1.0), 0.5, resamples=800, seed=1)
     naive_width = 2 * 1.96 * 0.6 / np.sqrt(80 * 50)  # rough token-level width on the log scale

@@ -35,16 +35,26 @@ def test_legacy_ngram_translation_keeps_v0_meaning() -> None:
     spec = extract_speculation(server_args(split_command(UNIT)), (0, 32, 0))
     assert spec.forms == ["legacy_flags"]
     assert spec.config == {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
-    assert {f.key for f in errors(spec.findings)} == {"--speculative-model", "--num-speculative-tokens",
-                                                       "--ngram-prompt-lookup-max"}
+    assert {f.key for f in errors(spec.findings)} == {
+        "--speculative-model",
+        "--num-speculative-tokens",
+        "--ngram-prompt-lookup-max",
+    }
     assert all("--speculative-config '{" in f.fix for f in errors(spec.findings))
     assert not errors(extract_speculation(server_args(split_command(UNIT)), (0, 8, 1)).findings)
 
 
 def test_every_form_merges_like_vllm() -> None:
     # FlexibleArgumentParser appends the dotted keys as one more --speculative-config, which replaces the first.
-    args = ["m", "--speculative_config", '{"method": "ngram"}', "--speculative-config.num_speculative_tokens", "4",
-            "--spec-tokens", "3"]
+    args = [
+        "m",
+        "--speculative_config",
+        '{"method": "ngram"}',
+        "--speculative-config.num_speculative_tokens",
+        "4",
+        "--spec-tokens",
+        "3",
+    ]
     spec = extract_speculation(args, (0, 32, 0))
     assert spec.config == {"num_speculative_tokens": 3}
     assert any("mutually exclusive" in f.message for f in spec.findings)
@@ -70,36 +80,52 @@ def test_empty_object_and_null() -> None:
     assert _config() == (None, [])
     assert _config("--speculative-config", "null", "--spec-tokens", "4") == ({"num_speculative_tokens": 4}, [])
     assert _config("--spec-method", "ngram", "--spec-tokens", "4", "--speculative-config", "{}")[0] == {
-        "method": "ngram", "num_speculative_tokens": 4}
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+    }
 
 
 def test_speculative_config_is_json_only() -> None:
     for version in ((0, 8, 2), (0, 9, 0), (0, 32, 0)):
-        config, errs = _config("--speculative-config", "{'method': 'ngram', 'num_speculative_tokens': 4}",
-                               version=version)
+        config, errs = _config("--speculative-config", "{'method': 'ngram', 'num_speculative_tokens': 4}", version=version)
         assert config is None and any("not JSON" in m for m in errs)
     config, errs = _config("--speculative-config", "[1]")
     assert config is None and any("JSON object" in m for m in errs)
 
 
 def test_the_last_occurrence_wins() -> None:
-    assert _config("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}',
-                   "--speculative-config", '{"method": "ngram"}')[0] == {"method": "ngram"}
-    assert _config("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}',
-                   "--speculative-config", "null")[0] is None
+    assert _config(
+        "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}', "--speculative-config", '{"method": "ngram"}'
+    )[0] == {"method": "ngram"}
+    assert (
+        _config("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}', "--speculative-config", "null")[0]
+        is None
+    )
     assert _config("--spec-tokens", "0", "--spec-tokens", "4")[0] == {"num_speculative_tokens": 4}
     # the dotted keys come last whatever their place on the line
-    assert _config("--speculative-config.num_speculative_tokens", "4",
-                   "--speculative-config", '{"method": "ngram"}')[0] == {"num_speculative_tokens": 4}
+    assert _config("--speculative-config.num_speculative_tokens", "4", "--speculative-config", '{"method": "ngram"}')[0] == {
+        "num_speculative_tokens": 4
+    }
     assert _config("-sc.method", "ngram", "--speculative-config", "{}")[0] == {"method": "ngram"}
 
 
 def test_dotted_keys_as_flexible_argument_parser_reads_them() -> None:
-    config, _ = _config("--speculative_config.method", "ngram", "--speculative-config.num-speculative-tokens", "1k",
-                        "--speculative-config.draft_load_config.load_format", "auto",
-                        "--speculative-config.synthetic_acceptance_rates+", "0.9,0.8")
-    assert config == {"method": "ngram", "num-speculative-tokens": 1000, "draft_load_config": {"load_format": "auto"},
-                      "synthetic_acceptance_rates": ["0.9", "0.8"]}
+    config, _ = _config(
+        "--speculative_config.method",
+        "ngram",
+        "--speculative-config.num-speculative-tokens",
+        "1k",
+        "--speculative-config.draft_load_config.load_format",
+        "auto",
+        "--speculative-config.synthetic_acceptance_rates+",
+        "0.9,0.8",
+    )
+    assert config == {
+        "method": "ngram",
+        "num-speculative-tokens": 1000,
+        "draft_load_config": {"load_format": "auto"},
+        "synthetic_acceptance_rates": ["0.9", "0.8"],
+    }
     assert _config("--speculative-config.num_speculative_tokens", "1_0")[0] == {"num_speculative_tokens": 10}
     # raw keys: the hyphenated key does not clash with --spec-tokens (vLLM normalises after the merge)
     assert _config("--spec-tokens", "4", "--speculative-config.num-speculative-tokens", "2")[1] == []
@@ -143,30 +169,33 @@ def test_round_trips() -> None:
     assert json.loads(argv[-1]) == {"max_model_len": 2048}
     legacy, missing = to_legacy_flags(cfg)
     assert legacy == ["--speculative-model", "/d", "--num-speculative-tokens", "3", "--speculative-max-model-len", "2048"]
-    back, _ = legacy_to_config({"--speculative-model": "/d", "--num-speculative-tokens": 3,
-                                "--speculative-max-model-len": 2048})
+    back, _ = legacy_to_config({"--speculative-model": "/d", "--num-speculative-tokens": 3, "--speculative-max-model-len": 2048})
     assert back == cfg and not missing
     assert K.LEGACY_FLAG_KEYS["--ngram-prompt-lookup-min"] == "prompt_lookup_min"
 
 
-@pytest.mark.parametrize("cfg", [
-    {"method": "ngram", "num_speculative_tokens": 4},
-    {"method": "ngram", "num_speculative_tokens": True},
-    {"method": "ngram", "num_speculative_tokens": False, "prompt_lookup_max": 3},
-    {"method": "ngram", "num_speculative_tokens": 4.0},
-    {"method": "ngram", "num_speculative_tokens": "4"},
-    {"method": "ngram", "num_speculative_tokens": None},
-    {"method": "ngram", "num_speculative_tokens": -2},
-    {"method": "NGRAM", "num_speculative_tokens": 4},
-    {"method": "None", "model": "None", "num_speculative_tokens": 3},
-    {"method": "", "model": "", "num_speculative_tokens": 3},
-    {"method": "draft_model", "model": "-draft.v2", "num_speculative_tokens": 3},
-    {"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 3, "max_model_len": 1024},
-    {"method": "ngram", "num_speculative_tokens": 4, "num-speculative-tokens": 2},
-    {"model": 5, "num_speculative_tokens": 1},
-    {"method": "ngram", "num_speculative_tokens": 4, "draft_load_config": {"load_format": "auto"}},
-    {},
-], ids=repr)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"method": "ngram", "num_speculative_tokens": 4},
+        {"method": "ngram", "num_speculative_tokens": True},
+        {"method": "ngram", "num_speculative_tokens": False, "prompt_lookup_max": 3},
+        {"method": "ngram", "num_speculative_tokens": 4.0},
+        {"method": "ngram", "num_speculative_tokens": "4"},
+        {"method": "ngram", "num_speculative_tokens": None},
+        {"method": "ngram", "num_speculative_tokens": -2},
+        {"method": "NGRAM", "num_speculative_tokens": 4},
+        {"method": "None", "model": "None", "num_speculative_tokens": 3},
+        {"method": "", "model": "", "num_speculative_tokens": 3},
+        {"method": "draft_model", "model": "-draft.v2", "num_speculative_tokens": 3},
+        {"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 3, "max_model_len": 1024},
+        {"method": "ngram", "num_speculative_tokens": 4, "num-speculative-tokens": 2},
+        {"model": 5, "num_speculative_tokens": 1},
+        {"method": "ngram", "num_speculative_tokens": 4, "draft_load_config": {"load_format": "auto"}},
+        {},
+    ],
+    ids=repr,
+)
 def test_spec_args_round_trip(cfg: dict) -> None:
     """config -> --spec-* args -> the config vLLM's parser and create_speculative_config build from them."""
     argv = to_spec_args(cfg, (0, 32, 0))
@@ -180,7 +209,11 @@ def test_spec_args_round_trip(cfg: dict) -> None:
 
 def test_boolean_k_is_written_as_an_int() -> None:
     assert to_spec_args({"method": "ngram", "num_speculative_tokens": True}, (0, 32, 0)) == [
-        "--spec-method", "ngram", "--spec-tokens", "1"]
+        "--spec-method",
+        "ngram",
+        "--spec-tokens",
+        "1",
+    ]
 
 
 def test_api_keys_never_reach_a_report() -> None:
@@ -188,8 +221,16 @@ def test_api_keys_never_reach_a_report() -> None:
     from specguard.vllm.server_spec import redact_argv
 
     assert redact_argv(["--api-key", "s3cr3t", "--api_key=s3cr3t", "--port", "1"]) == [
-        "--api-key", "<redacted>", "--api_key=<redacted>", "--port", "1"]
-    args = server_args(split_command("vllm serve org/m --api-key s3cr3t --speculative-config "
-                                     "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'"))
+        "--api-key",
+        "<redacted>",
+        "--api_key=<redacted>",
+        "--port",
+        "1",
+    ]
+    args = server_args(
+        split_command(
+            'vllm serve org/m --api-key s3cr3t --speculative-config \'{"method": "ngram", "num_speculative_tokens": 4}\''
+        )
+    )
     report = run_preflight(vllm_version="0.32.0", command=args)
     assert "s3cr3t" not in report.model_dump_json() and report.valid is True

@@ -8,20 +8,43 @@ from specguard.check.verdict import CellComparison, Failure, decide
 
 
 def rr(ratio, lo, hi, enough=True, n=1000, more=0):
-    return RatioResult(baseline=10.0, candidate=10.0 * ratio, ratio=ratio, ci_low=lo, ci_high=hi, n_baseline=n,
-                       n_candidate=n, enough_samples=enough, more_requests_needed=more, mann_whitney_p=0.01,
-                       prob_candidate_lower=0.6, repetition_spread_widened=False)
+    return RatioResult(
+        baseline=10.0,
+        candidate=10.0 * ratio,
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        n_baseline=n,
+        n_candidate=n,
+        enough_samples=enough,
+        more_requests_needed=more,
+        mann_whitney_p=0.01,
+        prob_candidate_lower=0.6,
+        repetition_spread_widened=False,
+    )
 
 
 SAME = rr(1.0, 0.95, 1.05)
 
 
-def cell(obj=None, e2e=SAME, ttft=SAME, target=True, traffic="steady", load=2.0, err=(0.0, 0.0), pre=(0, 0),
-         segment="chat", **kw):
-    return CellComparison(traffic=traffic, offered_load=load, target=target, sampling="prod", segment=segment,
-                          objective=obj or rr(0.7, 0.6, 0.8), p99_e2e=e2e, p99_ttft=ttft,
-                          error_rate_baseline=err[0], error_rate_candidate=err[1],
-                          preemptions_baseline=pre[0], preemptions_candidate=pre[1], **kw)
+def cell(
+    obj=None, e2e=SAME, ttft=SAME, target=True, traffic="steady", load=2.0, err=(0.0, 0.0), pre=(0, 0), segment="chat", **kw
+):
+    return CellComparison(
+        traffic=traffic,
+        offered_load=load,
+        target=target,
+        sampling="prod",
+        segment=segment,
+        objective=obj or rr(0.7, 0.6, 0.8),
+        p99_e2e=e2e,
+        p99_ttft=ttft,
+        error_rate_baseline=err[0],
+        error_rate_candidate=err[1],
+        preemptions_baseline=pre[0],
+        preemptions_candidate=pre[1],
+        **kw,
+    )
 
 
 def run(cells, failures=()):
@@ -98,9 +121,20 @@ def test_throughput_objective_is_higher_is_better():
 
 
 def test_crossover_is_named_and_warnings_do_not_change_the_verdict():
-    cells = [cell(traffic="idle", load=1, target=False), cell(traffic="steady", load=2),
-             cell(traffic="burst", load=8, target=False, obj=rr(1.2, 1.1, 1.3), acceptance_rate=0.3,
-                  kv_usage_baseline=0.2, kv_usage_candidate=0.5, client_warnings=["client send lag p99 30 ms"])]
+    cells = [
+        cell(traffic="idle", load=1, target=False),
+        cell(traffic="steady", load=2),
+        cell(
+            traffic="burst",
+            load=8,
+            target=False,
+            obj=rr(1.2, 1.1, 1.3),
+            acceptance_rate=0.3,
+            kv_usage_baseline=0.2,
+            kv_usage_candidate=0.5,
+            client_warnings=["client send lag p99 30 ms"],
+        ),
+    ]
     v = run(cells)
     assert v.verdict == "GO"
     assert v.crossover == ["prod / chat: speculation stops paying at 'burst' (offered load 8): worse"]

@@ -39,12 +39,23 @@ def _write(path: Path, lines: list[object]) -> Path:
     return path
 
 
-OPENAI = {"request": {"model": "m", "prompt": "a b c d", "temperature": 0, "max_tokens": 8},
-          "response": {"id": "cmpl-1", "created": 1764400000, "choices": [{"text": "a b c d", "finish_reason": "stop"}]}}
-CHAT = {"request": {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
-        "response": {"body": {"choices": [{"message": {"role": "assistant", "content": "hello"}}]}}}
-SHAREGPT = {"id": "c1", "conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"},
-                                          {"from": "human", "value": "q2"}, {"from": "gpt", "value": "a2"}]}
+OPENAI = {
+    "request": {"model": "m", "prompt": "a b c d", "temperature": 0, "max_tokens": 8},
+    "response": {"id": "cmpl-1", "created": 1764400000, "choices": [{"text": "a b c d", "finish_reason": "stop"}]},
+}
+CHAT = {
+    "request": {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
+    "response": {"body": {"choices": [{"message": {"role": "assistant", "content": "hello"}}]}},
+}
+SHAREGPT = {
+    "id": "c1",
+    "conversations": [
+        {"from": "human", "value": "q1"},
+        {"from": "gpt", "value": "a1"},
+        {"from": "human", "value": "q2"},
+        {"from": "gpt", "value": "a2"},
+    ],
+}
 
 
 def test_importers_map_each_format(tmp_path: Path) -> None:
@@ -60,8 +71,10 @@ def test_importers_map_each_format(tmp_path: Path) -> None:
 
 def test_malformed_lines_name_file_line_and_reason(tmp_path: Path) -> None:
     good = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "p"}
-    log = _write(tmp_path / "bad.jsonl", [good, "{not json", [1, 2], {**good, "prompt": None},
-                                          {**good, "sampling": {"temperature": -1}}, good])
+    log = _write(
+        tmp_path / "bad.jsonl",
+        [good, "{not json", [1, 2], {**good, "prompt": None}, {**good, "sampling": {"temperature": -1}}, good],
+    )
     entries = read_log(log)
     assert next(entries).prompt == "p"  # streamed: the first entry arrives before the bad line is read
     with pytest.raises(LogLineError) as err:
@@ -91,18 +104,25 @@ def test_profile_rates_concurrency_and_mix() -> None:
     assert p.prompt_tokens.p50 == 10 and p.output_tokens.count == 4
 
 
-@pytest.mark.parametrize(("reduction", "hot", "load", "verdict"), [
-    (0.4, 0.0, LoadFacts(), "candidate"),
-    (0.4, 0.0, LoadFacts(peak_rps=9, capacity_rps=10), "leave speculation off"),
-    (0.4, 0.0, LoadFacts(peak_concurrency=90, capacity_concurrency=100), "leave speculation off"),
-    (0.4, 0.0, LoadFacts(plan_warnings=["speculation pushes the expected concurrency (9) past the KV capacity"]),
-     "leave speculation off"),
-    (0.05, 0.0, LoadFacts(), "poor candidate"),
-    (0.05, 0.9, LoadFacts(), "leave speculation off"),
-    (0.15, 0.9, LoadFacts(), "poor candidate"),
-    (0.15, 0.0, LoadFacts(peak_rps=1, capacity_rps=10), "candidate"),
-    (None, 0.0, LoadFacts(), "poor candidate"),
-])
+@pytest.mark.parametrize(
+    ("reduction", "hot", "load", "verdict"),
+    [
+        (0.4, 0.0, LoadFacts(), "candidate"),
+        (0.4, 0.0, LoadFacts(peak_rps=9, capacity_rps=10), "leave speculation off"),
+        (0.4, 0.0, LoadFacts(peak_concurrency=90, capacity_concurrency=100), "leave speculation off"),
+        (
+            0.4,
+            0.0,
+            LoadFacts(plan_warnings=["speculation pushes the expected concurrency (9) past the KV capacity"]),
+            "leave speculation off",
+        ),
+        (0.05, 0.0, LoadFacts(), "poor candidate"),
+        (0.05, 0.9, LoadFacts(), "leave speculation off"),
+        (0.15, 0.9, LoadFacts(), "poor candidate"),
+        (0.15, 0.0, LoadFacts(peak_rps=1, capacity_rps=10), "candidate"),
+        (None, 0.0, LoadFacts(), "poor candidate"),
+    ],
+)
 def test_candidacy_rules(reduction, hot, load, verdict) -> None:  # type: ignore[no-untyped-def]
     c = decide_candidacy(reduction, hot, load, "ngram", {"method": "ngram"})
     assert c.verdict == verdict and c.reasons
@@ -112,16 +132,32 @@ def test_candidacy_rules(reduction, hot, load, verdict) -> None:  # type: ignore
 def test_assess_segments_replay_and_write_a_runnable_plan(tmp_path: Path) -> None:
     lines = []
     for i in range(20):
-        copy = {"schema_version": "specguard.request_log/1", "timestamp": 1764400000 + i, "endpoint": "completions",
-                "prompt": f"extract: alpha beta gamma delta epsilon {i}", "sampling": {"temperature": 0},
-                "response": {"text": "alpha beta gamma delta epsilon alpha beta gamma delta"}, "timings": {"e2e_s": 0.5}}
-        chat = {**copy, "prompt": f"tell me a story {i}", "sampling": {"temperature": 1.0},
-                "response": {"text": " ".join(f"w{i}x{j}" for j in range(10))}}  # nothing repeats, not even across requests
+        copy = {
+            "schema_version": "specguard.request_log/1",
+            "timestamp": 1764400000 + i,
+            "endpoint": "completions",
+            "prompt": f"extract: alpha beta gamma delta epsilon {i}",
+            "sampling": {"temperature": 0},
+            "response": {"text": "alpha beta gamma delta epsilon alpha beta gamma delta"},
+            "timings": {"e2e_s": 0.5},
+        }
+        chat = {
+            **copy,
+            "prompt": f"tell me a story {i}",
+            "sampling": {"temperature": 1.0},
+            "response": {"text": " ".join(f"w{i}x{j}" for j in range(10))},
+        }  # nothing repeats, not even across requests
         lines += [copy, chat]
     log = _write(tmp_path / "log.jsonl", lines)
     items: list[dict] = []
-    report = assess(log, IdTokenizer(), "ids", rules=[("extract", __import__("re").compile("^extract"))],
-                    collect=items, requests_out=tmp_path / "per-request.jsonl")
+    report = assess(
+        log,
+        IdTokenizer(),
+        "ids",
+        rules=[("extract", __import__("re").compile("^extract"))],
+        collect=items,
+        requests_out=tmp_path / "per-request.jsonl",
+    )
     rows = [json.loads(x) for x in (tmp_path / "per-request.jsonl").read_text().splitlines()]
     assert len(rows) == 40 and rows[0]["segment"] == "extract" and rows[1]["segment"] == "default"
     assert sum(r["ngram"]["accepted"] for r in rows if r["segment"] == "extract") == report.segments["extract"].ngram.accepted
@@ -145,12 +181,16 @@ def test_plan_reads_an_assess_report(tmp_path: Path) -> None:
     """Gate 1 feeds Gates 2-3: the assess JSON gives plan its workload lengths and its method."""
     from specguard.sizing.run import PlanRequest, build_plan
 
-    line = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "a b c d e f a b c d",
-            "sampling": {"temperature": 0}, "response": {"text": "e f a b c d e f a b c d e f"}}
+    line = {
+        "schema_version": "specguard.request_log/1",
+        "endpoint": "completions",
+        "prompt": "a b c d e f a b c d",
+        "sampling": {"temperature": 0},
+        "response": {"text": "e f a b c d e f a b c d e f"},
+    }
     report = assess(_write(tmp_path / "l.jsonl", [line] * 5), IdTokenizer(), "ids", sweep=False, suffix=False)
     (tmp_path / "a.json").write_text(report.model_dump_json())
-    plan = build_plan(PlanRequest(target="llama-3.1-8b", gpu="h100-80gb", gate1=tmp_path / "a.json",
-                                  vllm_version="0.32.0"))
+    plan = build_plan(PlanRequest(target="llama-3.1-8b", gpu="h100-80gb", gate1=tmp_path / "a.json", vllm_version="0.32.0"))
     assert plan.method == "ngram" and plan.baseline.tokens_per_sequence == 10 + 14
 
 

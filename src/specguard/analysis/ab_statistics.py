@@ -177,9 +177,20 @@ def compare_percentile(
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
     if nb == 0 or nc == 0 or pb <= 0:
-        return RatioResult(baseline=pb, candidate=pc, ratio=math.nan, ci_low=math.nan, ci_high=math.nan,
-                           n_baseline=nb, n_candidate=nc, enough_samples=False, more_requests_needed=0,
-                           mann_whitney_p=None, prob_candidate_lower=None, repetition_spread_widened=False)
+        return RatioResult(
+            baseline=pb,
+            candidate=pc,
+            ratio=math.nan,
+            ci_low=math.nan,
+            ci_high=math.nan,
+            n_baseline=nb,
+            n_candidate=nc,
+            enough_samples=False,
+            more_requests_needed=0,
+            mann_whitney_p=None,
+            prob_candidate_lower=None,
+            repetition_spread_widened=False,
+        )
     base_ci = (float(np.percentile(rb, 2.5)), float(np.percentile(rb, 97.5)))
     cand_ci = (float(np.percentile(rc, 2.5)), float(np.percentile(rc, 97.5)))
     with np.errstate(divide="ignore", invalid="ignore"):

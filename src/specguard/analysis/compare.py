@@ -53,8 +53,10 @@ def differences(a: RunInfo, b: RunInfo) -> list[str]:
     if a.prompt_sha256 is not None and b.prompt_sha256 is not None:
         # The content decides; the same prompts under another path are the same prompts.
         if a.prompt_sha256 != b.prompt_sha256:
-            out.append(f"prompt content: {a.prompt_source} (sha256 {a.prompt_sha256[:12]}) vs {b.prompt_source} "
-                       f"(sha256 {b.prompt_sha256[:12]})")
+            out.append(
+                f"prompt content: {a.prompt_source} (sha256 {a.prompt_sha256[:12]}) vs {b.prompt_source} "
+                f"(sha256 {b.prompt_sha256[:12]})"
+            )
     elif a.prompt_generator is not None or b.prompt_generator is not None:
         if a.prompt_generator != b.prompt_generator:
             out.append(f"prompt generator: {a.prompt_generator!r} vs {b.prompt_generator!r}")
@@ -128,14 +130,27 @@ def throughput_ratio(base: Sequence[float], cand: Sequence[float]) -> RatioResul
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (pairs - 1))
         half = float(stats.t.ppf(0.975, pairs - 1)) * sd / math.sqrt(pairs)
         lo, hi = math.exp(mean - half), math.exp(mean + half)
-    return RatioResult(baseline=mb, candidate=mc, ratio=ratio, ci_low=lo, ci_high=hi, n_baseline=len(base),
-                       n_candidate=len(cand), enough_samples=pairs >= 2, more_requests_needed=0,
-                       mann_whitney_p=None, prob_candidate_lower=None, repetition_spread_widened=False)
+    return RatioResult(
+        baseline=mb,
+        candidate=mc,
+        ratio=ratio,
+        ci_low=lo,
+        ci_high=hi,
+        n_baseline=len(base),
+        n_candidate=len(cand),
+        enough_samples=pairs >= 2,
+        more_requests_needed=0,
+        mann_whitney_p=None,
+        prob_candidate_lower=None,
+        repetition_spread_widened=False,
+    )
 
 
 def compare_runs(
-    base_name: str, base: tuple[RunInfo, Sequence[RequestRecord]],
-    cand_name: str, cand: tuple[RunInfo, Sequence[RequestRecord]],
+    base_name: str,
+    base: tuple[RunInfo, Sequence[RequestRecord]],
+    cand_name: str,
+    cand: tuple[RunInfo, Sequence[RequestRecord]],
     seed: int = 0,
 ) -> Comparison:
     diffs = differences(base[0], cand[0])
@@ -146,6 +161,12 @@ def compare_runs(
         return Comparison(comparable=False, differences=diffs, baseline=base_name, candidate=cand_name)
     m = compare_repetitions([base[1]], [cand[1]], seed=seed)
     return Comparison(
-        comparable=True, differences=[], baseline=base_name, candidate=cand_name,
-        ttft_ms=m["ttft_ms"], itl_ms=m["itl_ms"], tpot_ms=m["tpot_ms"], e2e_ms=m["e2e_ms"],
+        comparable=True,
+        differences=[],
+        baseline=base_name,
+        candidate=cand_name,
+        ttft_ms=m["ttft_ms"],
+        itl_ms=m["itl_ms"],
+        tpot_ms=m["tpot_ms"],
+        e2e_ms=m["e2e_ms"],
     )

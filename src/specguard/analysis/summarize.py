@@ -89,9 +89,7 @@ def summarize(
         warnings.append(f"{gaps_count} /metrics scrape(s) failed or were unparsable: gaps in the server series")
     sources = Counter(r.token_source for r in ok)
     if any(src != "server_usage" for src in sources):
-        warnings.append(
-            "some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate"
-        )
+        warnings.append("some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate")
     send_lag = percentiles([r.send_lag_s for r in records], 1000.0)
     loop_lag = percentiles(loop_lags_s, 1000.0)
     if send_lag.p99 is not None and send_lag.p99 > limits.send_lag_p99_ms:

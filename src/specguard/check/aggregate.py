@@ -49,34 +49,49 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                 for seg in segments:
                     b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
                     c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
-                    m = compare_repetitions(b, c, seed=plan.seed, resamples=plan.statistics.resamples,
-                                            min_tail=plan.statistics.min_tail_samples)
+                    m = compare_repetitions(
+                        b, c, seed=plan.seed, resamples=plan.statistics.resamples, min_tail=plan.statistics.min_tail_samples
+                    )
                     if plan.objective.metric == "output_tokens_per_s":
-                        objective = throughput_ratio([s.output_tokens_per_s for s in summaries["baseline"]],
-                                                     [s.output_tokens_per_s for s in summaries["candidate"]])
+                        objective = throughput_ratio(
+                            [s.output_tokens_per_s for s in summaries["baseline"]],
+                            [s.output_tokens_per_s for s in summaries["candidate"]],
+                        )
                     else:
                         objective = m[plan.objective.metric][plan.objective.percentile]
                     sb, sc = summaries["baseline"], summaries["candidate"]
                     nb = sum(len(rep) for rep in b)
                     nc = sum(len(rep) for rep in c)
-                    warnings = [f"{arm}: {w}" for arm in ARMS for s in summaries[arm] for w in s.warnings
-                                if any(k in w for k in _CLIENT_WARNINGS)]
-                    cells.append(CellComparison(
-                        traffic=traffic.name, offered_load=traffic.offered_load, target=traffic.target,
-                        sampling=sampling.name, segment=seg, objective=objective,
-                        p99_e2e=m["e2e_ms"]["p99"], p99_ttft=m["ttft_ms"]["p99"],
-                        error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
-                        error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
-                        preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
-                        preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
-                        acceptance_rate=_acceptance_rate(sc),
-                        kv_usage_baseline=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sb]),
-                        kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
-                        waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
-                        waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
-                        client_warnings=sorted(set(warnings)),
-                        metrics=m,
-                    ))
+                    warnings = [
+                        f"{arm}: {w}"
+                        for arm in ARMS
+                        for s in summaries[arm]
+                        for w in s.warnings
+                        if any(k in w for k in _CLIENT_WARNINGS)
+                    ]
+                    cells.append(
+                        CellComparison(
+                            traffic=traffic.name,
+                            offered_load=traffic.offered_load,
+                            target=traffic.target,
+                            sampling=sampling.name,
+                            segment=seg,
+                            objective=objective,
+                            p99_e2e=m["e2e_ms"]["p99"],
+                            p99_ttft=m["ttft_ms"]["p99"],
+                            error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
+                            error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
+                            preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
+                            preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
+                            acceptance_rate=_acceptance_rate(sc),
+                            kv_usage_baseline=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sb]),
+                            kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
+                            waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
+                            waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
+                            client_warnings=sorted(set(warnings)),
+                            metrics=m,
+                        )
+                    )
     return cells
 
 

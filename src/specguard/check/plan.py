@@ -67,9 +67,15 @@ class TrafficLevel(_Strict):
 
     def load_shape(self, warmup: int, seed: int) -> LoadShape:
         return load_shape_from_options(
-            rate=self.rate, arrival=self.arrival, burstiness=self.burstiness, concurrency=self.concurrency,
-            burst=self.burst, num_requests=self.num_requests, duration_s=self.duration_s,
-            warmup_requests=warmup, seed=seed,
+            rate=self.rate,
+            arrival=self.arrival,
+            burstiness=self.burstiness,
+            concurrency=self.concurrency,
+            burst=self.burst,
+            num_requests=self.num_requests,
+            duration_s=self.duration_s,
+            warmup_requests=warmup,
+            seed=seed,
         )
 
     @property

@@ -93,8 +93,7 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
             }
             if inv.pinned is not None:
                 prompt, output = lengths_from_runs([p.parent for p in runs])
-                update["pinned"] = inv.pinned.model_copy(update={"mean_prompt_tokens": prompt,
-                                                                 "mean_output_tokens": output})
+                update["pinned"] = inv.pinned.model_copy(update={"mean_prompt_tokens": prompt, "mean_output_tokens": output})
             inv = inv.model_copy(update=update)
         inventory[arm] = inv
     return inventory
@@ -115,9 +114,14 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     if inv_diff is not None:
         verdict = verdict.model_copy(update={"warnings": verdict.warnings + inv_diff.warnings})
     return VerdictFile(
-        **verdict.model_dump(), plan=plan.name, exit_code=EXIT_CODES[verdict.verdict],
-        inventory=inventory, inventory_diff=inv_diff,
-        cells=cells, commands=commands(record, out), definitions=defs,
+        **verdict.model_dump(),
+        plan=plan.name,
+        exit_code=EXIT_CODES[verdict.verdict],
+        inventory=inventory,
+        inventory_diff=inv_diff,
+        cells=cells,
+        commands=commands(record, out),
+        definitions=defs,
     )
 
 
@@ -135,9 +139,11 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
     d = CheckDir(out)
     missing = missing_runs(record, out)
     if missing:
-        raise UsageError(f"{out}: the check is incomplete ({len(missing)} missing: {', '.join(missing[:4])}"
-                         f"{', ...' if len(missing) > 4 else ''}); continue it with 'specguard check "
-                         f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'")
+        raise UsageError(
+            f"{out}: the check is incomplete ({len(missing)} missing: {', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}); continue it with 'specguard check "
+            f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'"
+        )
     _refuse_existing(d.outputs, force)
     v = build_verdict(record, out)
     d.verdict_json.write_text(v.model_dump_json(indent=2))
@@ -152,8 +158,14 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         for run_dir in CheckDir(out).arm_runs(arm):
             summary = load_or_recompute_summary(run_dir)
             runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
-    return PartialReport(plan=record.plan.name, plan_path=record.plan_path, out=str(out),
-                         missing=missing_runs(record, out), runs=runs, definitions=dict(DEFINITIONS))
+    return PartialReport(
+        plan=record.plan.name,
+        plan_path=record.plan_path,
+        out=str(out),
+        missing=missing_runs(record, out),
+        runs=runs,
+        definitions=dict(DEFINITIONS),
+    )
 
 
 def write_partial(record: CheckRecord, out: Path, force: bool = False) -> Path:

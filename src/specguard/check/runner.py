@@ -41,8 +41,17 @@ from specguard.server_metrics.server_facts import inspect_server, server_root
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import ServerSpec, redact_argv
 
-__all__ = ["ARMS", "ArmInventory", "CheckRuntimeError", "blocks", "cell_key", "resolve_plan", "run_check",
-           "server_spec_for", "uses_embedded"]
+__all__ = [
+    "ARMS",
+    "ArmInventory",
+    "CheckRuntimeError",
+    "blocks",
+    "cell_key",
+    "resolve_plan",
+    "run_check",
+    "server_spec_for",
+    "uses_embedded",
+]
 
 OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUDA error: out of memory", "Cannot allocate memory")
 
@@ -119,27 +128,32 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
     """A new check's state in a new directory, or, with ``resume``, the state of the same plan's interrupted check."""
     if not resume:
         if d.root.exists() and (not d.root.is_dir() or any(d.root.iterdir())):
-            raise OutputExistsError(f"--out {d.root}: already exists and is not empty; choose a new directory, or pass "
-                                    "--resume to continue the check stored there")
+            raise OutputExistsError(
+                f"--out {d.root}: already exists and is not empty; choose a new directory, or pass "
+                "--resume to continue the check stored there"
+            )
         return CheckState(plan_sha256=resolved.sha256, blocks=[block_name(r, a) for r, a in blocks(resolved.plan)])
     if not d.state_json.exists():
         raise UsageError(f"--resume: {d.root} holds no check state ({d.state_json.name}); nothing to resume")
     state = read_json(d.state_json, CheckState)
     if state.plan_sha256 != resolved.sha256:
-        raise UsageError(f"--resume: the plan (or its prompts) changed since the check in {d.root} started; "
-                         "run it in a new --out directory")
+        raise UsageError(
+            f"--resume: the plan (or its prompts) changed since the check in {d.root} started; run it in a new --out directory"
+        )
     return state
 
 
-def run_check(plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False,
-              log: Callable[[str], None] = print) -> CheckRecord:
+def run_check(
+    plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False, log: Callable[[str], None] = print
+) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from."""
     resolved = resolve_plan(plan, plan_path)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
-    record = CheckRecord(plan_path=str(plan_path), plan=plan, plan_sha256=state.plan_sha256,
-                         inventory=state.inventory, failures=state.failures)
+    record = CheckRecord(
+        plan_path=str(plan_path), plan=plan, plan_sha256=state.plan_sha256, inventory=state.inventory, failures=state.failures
+    )
     write_json_atomic(d.check_json, record)
     write_json_atomic(d.state_json, state)
     todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm) not in state.done]
@@ -173,8 +187,10 @@ def run_check(plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = Fal
 
 
 def interrupted_message(resolved: ResolvedPlan, d: CheckDir, rep: int, arm: str) -> str:
-    return (f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
-            f"specguard check {resolved.plan_path} --out {d.root} --resume")
+    return (
+        f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
+        f"specguard check {resolved.plan_path} --out {d.root} --resume"
+    )
 
 
 def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None]) -> None:
@@ -187,12 +203,26 @@ def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str]
         log(f"the interrupted {block_name(rep, arm)} block's partial runs are kept in {target}; running it again")
 
 
-def _run_launched_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int,
-                        runtime: VllmRuntime, models: ModelSet | None, port: int) -> None:
+def _run_launched_block(
+    resolved: ResolvedPlan,
+    d: CheckDir,
+    state: CheckState,
+    arm: Arm,
+    arm_name: str,
+    rep: int,
+    runtime: VllmRuntime,
+    models: ModelSet | None,
+    port: int,
+) -> None:
     assert arm.launch is not None
     spec = server_spec_for(arm, models, port)
-    server = ManagedServer(spec, runtime.serve_argv, d.server_log(arm_name, rep),
-                           runtime_env=runtime.env, startup_timeout_s=arm.launch.startup_timeout_s)
+    server = ManagedServer(
+        spec,
+        runtime.serve_argv,
+        d.server_log(arm_name, rep),
+        runtime_env=runtime.env,
+        startup_timeout_s=arm.launch.startup_timeout_s,
+    )
     try:
         try:
             server.start()
@@ -202,15 +232,20 @@ def _run_launched_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, 
         if arm_name not in state.inventory:
             pinned = from_spec(spec, inspect_server(server.base_url), f"launched arm '{arm_name}'")
             state.inventory[arm_name] = ArmInventory(
-                arm=arm_name, kind="launched", model=spec.name, speculative_config=spec.speculative_config,
-                max_model_len=spec.max_model_len, command=redact_argv(server.argv), pinned=pinned)
+                arm=arm_name,
+                kind="launched",
+                model=spec.name,
+                speculative_config=spec.speculative_config,
+                max_model_len=spec.max_model_len,
+                command=redact_argv(server.argv),
+                pinned=pinned,
+            )
         _run_block(resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server)
     finally:
         server.stop()
 
 
-def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str,
-                        rep: int) -> None:
+def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int) -> None:
     ep = arm.endpoint
     assert ep is not None
     api_key = resolved.api_keys[arm_name]
@@ -222,8 +257,16 @@ def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, 
 
 
 def _run_block(
-    resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: str, rep: int, base_url: str, model: str,
-    metrics_url: str, api_key: str | None, server: ManagedServer | None,
+    resolved: ResolvedPlan,
+    d: CheckDir,
+    state: CheckState,
+    arm: str,
+    rep: int,
+    base_url: str,
+    model: str,
+    metrics_url: str,
+    api_key: str | None,
+    server: ManagedServer | None,
 ) -> None:
     plan = resolved.plan
     for traffic in plan.traffic:
@@ -231,17 +274,27 @@ def _run_block(
             for i, prompts in enumerate(resolved.prompt_sets):
                 run_dir = d.run_dir(arm, rep, cell_key(traffic.name, sampling.name, i))
                 cfg = BenchConfig(
-                    base_url=base_url, model=model, api=plan.api, prompts=prompts,
+                    base_url=base_url,
+                    model=model,
+                    api=plan.api,
+                    prompts=prompts,
                     load=traffic.load_shape(plan.warmup, plan.seed + rep),
-                    sampling=SamplingOverrides(temperature=sampling.temperature, top_p=sampling.top_p,
-                                               max_tokens=plan.max_tokens),
-                    metrics_url=metrics_url, out_dir=run_dir, api_key=api_key, default_max_tokens=plan.max_tokens,
+                    sampling=SamplingOverrides(
+                        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=plan.max_tokens
+                    ),
+                    metrics_url=metrics_url,
+                    out_dir=run_dir,
+                    api_key=api_key,
+                    default_max_tokens=plan.max_tokens,
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
                     raise Interrupted(interrupted_message(resolved, d, rep, arm))
-                oom = [r.error for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
-                       if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)]
+                oom = [
+                    r.error
+                    for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
+                    if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)
+                ]
                 if oom:
                     state.failures.append(Failure(arm=arm, kind="oom", detail=f"{len(oom)} requests: {oom[0][:200]}"))
                 if summary.requests and summary.errors == summary.requests and server is None:

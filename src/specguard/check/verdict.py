@@ -94,11 +94,14 @@ def cell_status(cell: CellComparison, higher_is_better: bool) -> Status:
 def _guardrail(name: str, r: RatioResult, budget: float, where: str) -> tuple[str | None, str | None]:
     """(regression reason, unverified reason) for one P99 guardrail."""
     if not r.enough_samples:
-        return None, (f"{name} at {where} unverified: {min(r.n_baseline, r.n_candidate)} requests per arm, "
-                      f"{r.more_requests_needed} more needed")
+        return None, (
+            f"{name} at {where} unverified: {min(r.n_baseline, r.n_candidate)} requests per arm, "
+            f"{r.more_requests_needed} more needed"
+        )
     if r.ratio > 1 + budget and r.ci_low > 1:
-        return (f"{name} regressed at {where}: x{r.ratio:.2f} (95% CI {r.ci_low:.2f}-{r.ci_high:.2f}), "
-                f"budget +{budget:.0%}"), None
+        return (
+            f"{name} regressed at {where}: x{r.ratio:.2f} (95% CI {r.ci_low:.2f}-{r.ci_high:.2f}), budget +{budget:.0%}"
+        ), None
     return None, None
 
 
@@ -119,22 +122,30 @@ def decide(
     for cell in cells:
         status = cell_status(cell, higher)
         gain, low, high = objective_gain(cell.objective, higher)
-        text = (f"{obj_name} {cell.objective.baseline:.2f} -> {cell.objective.candidate:.2f} "
-                f"({gain:+.1%}, 95% CI {low:+.1%} to {high:+.1%})")
+        text = (
+            f"{obj_name} {cell.objective.baseline:.2f} -> {cell.objective.candidate:.2f} "
+            f"({gain:+.1%}, 95% CI {low:+.1%} to {high:+.1%})"
+        )
         lines.append(CellLine(traffic=cell.traffic, sampling=cell.sampling, segment=cell.segment, status=status, text=text))
         if cell.target:
             if status == "inconclusive":
-                unsure.append(f"{obj_name} at {cell.name}: too few samples "
-                              f"({cell.objective.more_requests_needed} more requests per arm needed)")
+                unsure.append(
+                    f"{obj_name} at {cell.name}: too few samples "
+                    f"({cell.objective.more_requests_needed} more requests per arm needed)"
+                )
             elif status == "worse":
                 nogo.append(f"{obj_name} is worse at target {cell.name}: {text}")
             elif status == "no detectable difference":
                 nogo.append(f"{obj_name} shows no detectable improvement at target {cell.name}: {text}")
             elif gain < objective.min_improvement:
-                nogo.append(f"{obj_name} improves by {gain:.1%} at target {cell.name}, "
-                            f"less than the {objective.min_improvement:.0%} that counts")
-        for name, r, budget in (("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression),
-                                ("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression)):
+                nogo.append(
+                    f"{obj_name} improves by {gain:.1%} at target {cell.name}, "
+                    f"less than the {objective.min_improvement:.0%} that counts"
+                )
+        for name, r, budget in (
+            ("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression),
+            ("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression),
+        ):
             bad, unknown = _guardrail(name, r, budget, cell.name)
             if bad:
                 nogo.append(bad)
@@ -142,13 +153,16 @@ def decide(
                 unsure.append(unknown)
         rise = cell.error_rate_candidate - cell.error_rate_baseline
         if rise > guardrails.max_error_rate_increase:
-            nogo.append(f"error rate rose at {cell.name}: {cell.error_rate_baseline:.1%} -> "
-                        f"{cell.error_rate_candidate:.1%} (budget +{guardrails.max_error_rate_increase:.1%})")
+            nogo.append(
+                f"error rate rose at {cell.name}: {cell.error_rate_baseline:.1%} -> "
+                f"{cell.error_rate_candidate:.1%} (budget +{guardrails.max_error_rate_increase:.1%})"
+            )
         if cell.preemptions_baseline is not None and cell.preemptions_candidate is not None:
             extra = cell.preemptions_candidate - cell.preemptions_baseline
             if extra > guardrails.max_preemption_increase:
-                nogo.append(f"preemptions rose at {cell.name}: {cell.preemptions_baseline:.0f} -> "
-                            f"{cell.preemptions_candidate:.0f}")
+                nogo.append(
+                    f"preemptions rose at {cell.name}: {cell.preemptions_baseline:.0f} -> {cell.preemptions_candidate:.0f}"
+                )
         warnings += _warnings(cell)
     unsure = _condense(unsure)
     if nogo:
@@ -158,10 +172,18 @@ def decide(
         verdict, reasons = "INCONCLUSIVE", unsure
     else:
         verdict = "GO"
-        reasons = [f"{obj_name} improves by at least {objective.min_improvement:.0%} with its interval excluding "
-                   "no change in every target cell, and no guardrail regressed at any level"]
-    return Verdict(verdict=verdict, reasons=reasons, lines=lines, warnings=sorted(set(warnings), key=warnings.index),
-                   crossover=crossovers(cells, higher), objective=obj_name)
+        reasons = [
+            f"{obj_name} improves by at least {objective.min_improvement:.0%} with its interval excluding "
+            "no change in every target cell, and no guardrail regressed at any level"
+        ]
+    return Verdict(
+        verdict=verdict,
+        reasons=reasons,
+        lines=lines,
+        warnings=sorted(set(warnings), key=warnings.index),
+        crossover=crossovers(cells, higher),
+        objective=obj_name,
+    )
 
 
 def _condense(unsure: list[str], keep: int = 4) -> list[str]:
@@ -178,8 +200,10 @@ def _warnings(cell: CellComparison) -> list[str]:
     out = [f"{cell.traffic} / {cell.sampling}: {w}" for w in cell.client_warnings]
     if cell.acceptance_rate is not None and cell.acceptance_rate < 0.5:
         out.append(f"{cell.name}: acceptance rate {cell.acceptance_rate:.2f} < 0.5, speculation is likely net-negative")
-    for what, b, c in (("KV-cache usage", cell.kv_usage_baseline, cell.kv_usage_candidate),
-                       ("waiting requests", cell.waiting_baseline, cell.waiting_candidate)):
+    for what, b, c in (
+        ("KV-cache usage", cell.kv_usage_baseline, cell.kv_usage_candidate),
+        ("waiting requests", cell.waiting_baseline, cell.waiting_candidate),
+    ):
         if b is not None and c is not None and c > b * 1.2 + 0.01:
             out.append(f"{cell.name}: {what} rose on the candidate ({b:.3f} -> {c:.3f} mean)")
     return out
@@ -199,7 +223,9 @@ def crossovers(cells: Sequence[CellComparison], higher_is_better: bool) -> list[
             if status == "better":
                 paid = True
             elif paid and status in ("worse", "no detectable difference"):
-                out.append(f"{sampling} / {segment}: speculation stops paying at '{c.traffic}' "
-                           f"(offered load {c.offered_load:g}): {status}")
+                out.append(
+                    f"{sampling} / {segment}: speculation stops paying at '{c.traffic}' "
+                    f"(offered load {c.offered_load:g}): {status}"
+                )
                 break
     return out

@@ -114,9 +114,7 @@ def inspect_runtime(python: Path, repair: bool = True, log: Callable[[str], None
         console_ok = check.returncode == 0 and version in check.stdout
         if not console_ok:
             last = (check.stderr.strip().splitlines() or ["no output"])[-1]
-            workarounds.append(
-                f"the 'vllm' console script fails ({last}); servers start with 'python -m {API_SERVER_MODULE}'"
-            )
+            workarounds.append(f"the 'vllm' console script fails ({last}); servers start with 'python -m {API_SERVER_MODULE}'")
     serve_argv = [str(script), "serve"] if console_ok else [str(python), "-m", API_SERVER_MODULE]
     env: dict[str, str] = {}
     iomp = python.parent.parent / "lib" / "libiomp5.so"

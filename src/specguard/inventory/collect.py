@@ -60,8 +60,9 @@ def detect_gpu() -> str:
     if smi is None:
         return "none visible (CPU)"
     try:
-        res = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
+        res = subprocess.run(
+            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown (nvidia-smi failed)"
     names = [ln.strip() for ln in res.stdout.splitlines() if ln.strip()]
@@ -86,17 +87,28 @@ def _kv(facts: ServerFacts | None) -> KvHeadroom:
 
     blocks, size = facts.num_gpu_blocks, facts.block_size
     memory, util = num("kv_cache_memory_bytes"), num("gpu_memory_utilization")
-    return KvHeadroom(num_gpu_blocks=blocks, block_size=size, kv_tokens=blocks * size if blocks and size else None,
-                      kv_cache_memory_bytes=int(memory) if memory is not None else None, gpu_memory_utilization=util,
-                      cache_dtype=cache.get("cache_dtype"), kv_cache_usage=facts.kv_cache_usage)
+    return KvHeadroom(
+        num_gpu_blocks=blocks,
+        block_size=size,
+        kv_tokens=blocks * size if blocks and size else None,
+        kv_cache_memory_bytes=int(memory) if memory is not None else None,
+        gpu_memory_utilization=util,
+        cache_dtype=cache.get("cache_dtype"),
+        kv_cache_usage=facts.kv_cache_usage,
+    )
 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def from_args(args: list[str], source: str, facts: ServerFacts | None = None, gpu: str | None = None,
-              lengths: tuple[float | None, float | None] = (None, None)) -> Inventory:
+def from_args(
+    args: list[str],
+    source: str,
+    facts: ServerFacts | None = None,
+    gpu: str | None = None,
+    lengths: tuple[float | None, float | None] = (None, None),
+) -> Inventory:
     """From the arguments vLLM's server parser sees (``vllm serve`` without the program)."""
     version = K.LATEST_KNOWN
     unparsed_version = None
@@ -114,19 +126,31 @@ def from_args(args: list[str], source: str, facts: ServerFacts | None = None, gp
     if facts is None:
         notes.append("no running server was read: KV headroom and vLLM version unknown (add --url)")
     if unparsed_version is not None:
-        notes.append(f"the server's version '{unparsed_version}' is not a vLLM release number; its flags were read "
-                     f"as vLLM {'.'.join(map(str, K.LATEST_KNOWN))}'s")
+        notes.append(
+            f"the server's version '{unparsed_version}' is not a vLLM release number; its flags were read "
+            f"as vLLM {'.'.join(map(str, K.LATEST_KNOWN))}'s"
+        )
     return Inventory(
-        specguard_version=__version__, recorded_at=_now(), source=source,
+        specguard_version=__version__,
+        recorded_at=_now(),
+        source=source,
         vllm_version=facts.version if facts else None,
         model=identity(model, option_value(args, "--revision")),
-        draft=identity(str(draft), spec.get("revision") if spec else None) if isinstance(draft, str) and draft not in (
-            "ngram", "[ngram]") else None,
-        speculative_config=spec, gpu=gpu, tensor_parallel_size=int(tp) if tp and tp.isdigit() else 1,
+        draft=identity(str(draft), spec.get("revision") if spec else None)
+        if isinstance(draft, str) and draft not in ("ngram", "[ngram]")
+        else None,
+        speculative_config=spec,
+        gpu=gpu,
+        tensor_parallel_size=int(tp) if tp and tp.isdigit() else 1,
         max_model_len=int(mml) if mml and mml.isdigit() else (_served_max_len(facts)),
-        dtype=option_value(args, "--dtype"), quantization=option_value(args, "--quantization", "-q"),
-        kv_cache_dtype=option_value(args, "--kv-cache-dtype"), mean_prompt_tokens=lengths[0],
-        mean_output_tokens=lengths[1], kv=_kv(facts), notes=notes)
+        dtype=option_value(args, "--dtype"),
+        quantization=option_value(args, "--quantization", "-q"),
+        kv_cache_dtype=option_value(args, "--kv-cache-dtype"),
+        mean_prompt_tokens=lengths[0],
+        mean_output_tokens=lengths[1],
+        kv=_kv(facts),
+        notes=notes,
+    )
 
 
 def _served_max_len(facts: ServerFacts | None) -> int | None:
@@ -140,25 +164,34 @@ def spec_args(spec: ServerSpec) -> list[str]:
     return build_argv(spec, ["vllm", "serve"], spec.port or 0)[2:]
 
 
-def from_spec(spec: ServerSpec, facts: ServerFacts | None, source: str,
-              lengths: tuple[float | None, float | None] = (None, None)) -> Inventory:
+def from_spec(
+    spec: ServerSpec, facts: ServerFacts | None, source: str, lengths: tuple[float | None, float | None] = (None, None)
+) -> Inventory:
     local = facts is None or _is_local(facts.url)
     return from_args(spec_args(spec), source, facts, detect_gpu() if local else None, lengths)
 
 
-def from_server(facts: ServerFacts, speculative_config: dict[str, Any] | None, gpu: str | None,
-                lengths: tuple[float | None, float | None] = (None, None)) -> Inventory:
+def from_server(
+    facts: ServerFacts,
+    speculative_config: dict[str, Any] | None,
+    gpu: str | None,
+    lengths: tuple[float | None, float | None] = (None, None),
+) -> Inventory:
     """A running server: what it reports, plus what it cannot (its speculative config, its GPU) from the caller."""
     root = facts.models[0].get("root") if facts.models else None
     args = [str(root or (facts.models[0].get("id") if facts.models else "unknown"))]
     if speculative_config is not None:
         args += ["--speculative-config", json.dumps(speculative_config)]
-    inv = from_args(args, f"running server {facts.url}", facts,
-                    gpu or (detect_gpu() if _is_local(facts.url) else None), lengths)
+    inv = from_args(args, f"running server {facts.url}", facts, gpu or (detect_gpu() if _is_local(facts.url) else None), lengths)
     if speculative_config is None:
-        inv.notes.append("the server does not expose its speculative config: "
-                         + ("speculation is ON (spec-decode counters present); pass --config to record it"
-                            if facts.speculation_on else "speculation is off (no spec-decode counters)"))
+        inv.notes.append(
+            "the server does not expose its speculative config: "
+            + (
+                "speculation is ON (spec-decode counters present); pass --config to record it"
+                if facts.speculation_on
+                else "speculation is off (no spec-decode counters)"
+            )
+        )
     if gpu is None and not _is_local(facts.url):
         inv.notes.append("GPU unknown for a remote server: pass --gpu")
     return inv

@@ -19,8 +19,16 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "quantization": ("quantization",),
     "KV-cache dtype": ("kv_cache_dtype",),
 }
-MEASURED = ("mean_prompt_tokens", "mean_output_tokens", "kv.num_gpu_blocks", "kv.block_size", "kv.kv_tokens",
-            "kv.kv_cache_memory_bytes", "kv.gpu_memory_utilization", "kv.cache_dtype")
+MEASURED = (
+    "mean_prompt_tokens",
+    "mean_output_tokens",
+    "kv.num_gpu_blocks",
+    "kv.block_size",
+    "kv.kv_tokens",
+    "kv.kv_cache_memory_bytes",
+    "kv.gpu_memory_utilization",
+    "kv.cache_dtype",
+)
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:
@@ -49,10 +57,11 @@ def diff_inventories(a: Inventory, b: Inventory) -> InventoryDiff:
             differences.append(Difference(field=f, a=va, b=vb, variable=False))
     warnings = []
     if len(changed) > 1:
-        warnings.append(f"{len(changed)} variables changed between the two ({', '.join(changed)}): change one at a time, "
-                        "or the benchmark cannot say which one caused a difference (do not introduce quantization, a "
-                        "new model revision and speculation in the same benchmark)")
-    if a.model.content_hash is None and b.model.content_hash is None and a.model.revision is None \
-            and b.model.revision is None:
+        warnings.append(
+            f"{len(changed)} variables changed between the two ({', '.join(changed)}): change one at a time, "
+            "or the benchmark cannot say which one caused a difference (do not introduce quantization, a "
+            "new model revision and speculation in the same benchmark)"
+        )
+    if a.model.content_hash is None and b.model.content_hash is None and a.model.revision is None and b.model.revision is None:
         warnings.append("the model is not pinned (no revision, no local content hash): a hub update would go unnoticed")
     return InventoryDiff(differences=differences, changed_variables=changed, warnings=warnings)

@@ -116,5 +116,13 @@ def load_shape_from_options(
         raise OptionError("; ".join(describe(exc, LOAD_OPTIONS))) from exc
 
 
-LOAD_OPTIONS = {"rate": "--rate", "burstiness": "--burstiness", "concurrency": "--concurrency", "burst": "--burst",
-                "num_requests": "--num-requests", "duration_s": "--duration", "warmup_requests": "--warmup", "seed": "--seed"}
+LOAD_OPTIONS = {
+    "rate": "--rate",
+    "burstiness": "--burstiness",
+    "concurrency": "--concurrency",
+    "burst": "--burst",
+    "num_requests": "--num-requests",
+    "duration_s": "--duration",
+    "warmup_requests": "--warmup",
+    "seed": "--seed",
+}

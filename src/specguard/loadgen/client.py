@@ -78,9 +78,7 @@ def stamp_arrivals(content: aiohttp.StreamReader, res: StreamResult, sent_at: fl
     return True
 
 
-def build_payload(
-    api: str, model: str, item: PromptItem, sampling: SamplingOverrides, default_max_tokens: int
-) -> dict[str, Any]:
+def build_payload(api: str, model: str, item: PromptItem, sampling: SamplingOverrides, default_max_tokens: int) -> dict[str, Any]:
     """The JSON body: per-item sampling, overridden by the run's, and streaming usage requested."""
     body: dict[str, Any] = {"model": model, "stream": True}
     if api == "chat":
@@ -150,5 +148,3 @@ async def stream_request(
     except (aiohttp.ClientError, OSError) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
     return res
-
-

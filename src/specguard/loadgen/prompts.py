@@ -121,7 +121,7 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     if name == "mixed":
         rep = synthetic_prompts("repetitive", count=(count + 1) // 2, seed=seed, max_tokens=max_tokens).items
         chat = synthetic_prompts("open-ended", count=count // 2, seed=seed, max_tokens=max_tokens).items
-        mixed = [item for pair in zip(rep, chat) for item in pair] + rep[len(chat):]
+        mixed = [item for pair in zip(rep, chat) for item in pair] + rep[len(chat) :]
         return PromptSet(source=f"synthetic:{name}", items=mixed, lines=list(range(len(mixed))), generator=generator)
     rng = random.Random(f"{name}:{seed}")
     vocab = (
@@ -134,10 +134,7 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
             text = " ".join(rng.choice(vocab) for _ in range(48))
             seg = "random"
         elif name == "repetitive":
-            rows = [
-                f"id={rng.randint(100, 999)} name={rng.choice(vocab)} status=ok total={rng.randint(1, 99)}"
-                for _ in range(6)
-            ]
+            rows = [f"id={rng.randint(100, 999)} name={rng.choice(vocab)} status=ok total={rng.randint(1, 99)}" for _ in range(6)]
             block = "\n".join(rows)
             text = f"Records:\n{block}\n{block}\nRepeat the records exactly:\n{rows[0]}\n"
             seg = "extraction"

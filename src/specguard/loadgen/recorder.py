@@ -70,8 +70,17 @@ class FinishedStream:
     @classmethod
     def from_frame(cls, frame: tuple[Any, ...]) -> FinishedStream:
         _, index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens, error, status, end, reads = frame
-        return cls(index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens,
-                   StreamResult(error=error, http_status=status, stream_end=end, pieces=reads))
+        return cls(
+            index,
+            seq,
+            request_id,
+            segment,
+            scheduled_s,
+            sent_s,
+            temperature,
+            max_tokens,
+            StreamResult(error=error, http_status=status, stream_end=end, pieces=reads),
+        )
 
 
 @dataclass
@@ -116,8 +125,13 @@ class Recorder:
     """The parent's side: a write pipe to the record worker and a read pipe for its progress notes."""
 
     def __init__(
-        self, out: Path, api: str, tokenizer_dir: Path | None, on_progress: Callable[[RecordWritten], None],
-        on_failure: Callable[[], object] | None = None, cpus: set[int] | None = None,
+        self,
+        out: Path,
+        api: str,
+        tokenizer_dir: Path | None,
+        on_progress: Callable[[RecordWritten], None],
+        on_failure: Callable[[], object] | None = None,
+        cpus: set[int] | None = None,
     ) -> None:
         self.argv = [sys.executable, "-m", "specguard.loadgen.recorder", "--out", str(out), "--api", api]
         if tokenizer_dir is not None:
@@ -133,8 +147,12 @@ class Recorder:
         self._reader_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None,
+        )
         loop = asyncio.get_running_loop()
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._writer, _ = await loop.connect_write_pipe(asyncio.Protocol, self.proc.stdin)
@@ -167,12 +185,35 @@ class Recorder:
         """Reads of a stream still running, so the worker can parse them early."""
         self._send(("P", seq, pieces))
 
-    def submit(self, index: int, seq: int, request_id: str, segment: str, scheduled_s: float, sent_s: float,
-               body: dict[str, Any], result: StreamResult) -> None:
+    def submit(
+        self,
+        index: int,
+        seq: int,
+        request_id: str,
+        segment: str,
+        scheduled_s: float,
+        sent_s: float,
+        body: dict[str, Any],
+        result: StreamResult,
+    ) -> None:
         """A finished stream, with everything its record needs; sent with the others of the next ``BATCH_S``."""
-        self._finished.append(("F", index, seq, request_id, segment, scheduled_s, sent_s, body.get("temperature"),
-                               body.get("max_tokens"), result.error, result.http_status, result.stream_end,
-                               result.pieces))
+        self._finished.append(
+            (
+                "F",
+                index,
+                seq,
+                request_id,
+                segment,
+                scheduled_s,
+                sent_s,
+                body.get("temperature"),
+                body.get("max_tokens"),
+                result.error,
+                result.http_status,
+                result.stream_end,
+                result.pieces,
+            )
+        )
         if len(self._finished) >= BATCH_MAX:
             self._flush()
         elif self._flush_handle is None:

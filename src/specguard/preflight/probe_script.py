@@ -27,10 +27,20 @@ import typing
 MARKER = "--- specguard-probe ---"
 
 STANDIN_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "vocab_size": 2048, "max_position_embeddings": 4096, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 2048,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
 }
 
 
@@ -82,8 +92,7 @@ def _check_config(cfg, target, tp, max_model_len, root):
     method = cfg.get("method") if isinstance(cfg, dict) else None
     # A custom proposer's import path is no draft to load: with method custom_class, or detected as vLLM detects it.
     class_path = isinstance(model, str) and (method == "custom_class" or (method is None and _is_class_path(model)))
-    if isinstance(model, str) and model and model not in ("ngram", "[ngram]") and not os.path.isdir(model) \
-            and not class_path:
+    if isinstance(model, str) and model and model not in ("ngram", "[ngram]") and not os.path.isdir(model) and not class_path:
         # A hub name: vLLM would download it. Keep the last path part so name-based method detection still works.
         # An empty name is passed on as it is: it is no download, and vLLM judges it as given.
         cfg["model"] = _standin(root, os.path.join("drafts", model.replace("/", "--")), STANDIN_CONFIG)
@@ -152,8 +161,11 @@ def _check_argv(parser, argv, target, tp, max_model_len, root):
             spec = engine_args.create_engine_config().speculative_config
     except BaseException as exc:  # noqa: BLE001
         return {"accepted": False, "notes": notes, **_error(exc)}
-    return {"accepted": True, "notes": notes, "speculative": None if spec is None else
-            {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}}
+    return {
+        "accepted": True,
+        "notes": notes,
+        "speculative": None if spec is None else {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens},
+    }
 
 
 def main():

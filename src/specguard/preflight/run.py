@@ -78,8 +78,10 @@ def load_config(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PreflightInputError(f"{source}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg}); "
-                                  "expected an object such as {\"method\": \"ngram\", \"num_speculative_tokens\": 4}") from exc
+        raise PreflightInputError(
+            f"{source}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg}); "
+            'expected an object such as {"method": "ngram", "num_speculative_tokens": 4}'
+        ) from exc
     if not isinstance(value, dict):
         raise PreflightInputError(f"{source}: expected a JSON object, got {type(value).__name__}")
     return value
@@ -124,8 +126,9 @@ def _vllm_findings(answer: dict[str, Any], fields: list[str]) -> list[Finding]:
     if not key:
         named = sorted((message.find(f), f) for f in fields if f in message)
         key = named[0][1] if named else "speculative_config"
-    return [Finding(key=key, message=f"{answer.get('error_type')}: {message}", source="vllm",
-                    rule="vLLM's own config validation")]
+    return [
+        Finding(key=key, message=f"{answer.get('error_type')}: {message}", source="vllm", rule="vLLM's own config validation")
+    ]
 
 
 def run_preflight(
@@ -151,19 +154,25 @@ def run_preflight(
         mml = option_value(command, "--max-model-len")
         max_model_len = int(mml) if mml and mml.isdigit() else max_model_len
     checked = config if config is not None else (spec.config if spec else None)
-    request = {"target": str(target) if target else None, "tensor_parallel_size": tensor_parallel_size,
-               "max_model_len": max_model_len, "configs": [checked] if checked is not None else [],
-               "argvs": [command] if command is not None else []}
+    request = {
+        "target": str(target) if target else None,
+        "tensor_parallel_size": tensor_parallel_size,
+        "max_model_len": max_model_len,
+        "configs": [checked] if checked is not None else [],
+        "argvs": [command] if command is not None else [],
+    }
 
     answer = None
     if vllm_version and python is None and vllm is None:
-        install = discover.VllmInstall(found_by="--vllm-version (no vLLM asked)", version=vllm_version,
-                                       version_source="given with --vllm-version")
+        install = discover.VllmInstall(
+            found_by="--vllm-version (no vLLM asked)", version=vllm_version, version_source="given with --vllm-version"
+        )
     else:
         install, answer = discover.probe(discover.locate(python, vllm), request)
     if not install.version:
-        raise discover.DiscoveryError(f"could not learn the vLLM version ({'; '.join(install.workarounds)}); "
-                                      "pass --vllm-version to apply specguard's rules")
+        raise discover.DiscoveryError(
+            f"could not learn the vLLM version ({'; '.join(install.workarounds)}); pass --vllm-version to apply specguard's rules"
+        )
     version = K.parse_version(install.version)
     if spec is not None and rules_version is None:
         spec = extract_speculation(command or [], version)
@@ -176,22 +185,32 @@ def run_preflight(
     checked_by = ["specguard-rules"]
     if checked is not None:
         draft = checked.get("model")
-        ctx = RuleContext(version=version, tensor_parallel_size=tensor_parallel_size, target_max_model_len=max_model_len,
-                          target_config=target_config,
-                          draft_config=_read_json(Path(draft)) if isinstance(draft, str) and Path(draft).is_dir() else None,
-                          packages=answer.packages if answer else {})
+        ctx = RuleContext(
+            version=version,
+            tensor_parallel_size=tensor_parallel_size,
+            target_max_model_len=max_model_len,
+            target_config=target_config,
+            draft_config=_read_json(Path(draft)) if isinstance(draft, str) and Path(draft).is_dir() else None,
+            packages=answer.packages if answer else {},
+        )
         findings += check_config(checked, ctx)
     valid = _decide(checked, command, answer, findings, checked_by)
     report = PreflightReport(
-        version=install.version, version_source=install.version_source, found_by=install.found_by,
+        version=install.version,
+        version_source=install.version_source,
+        found_by=install.found_by,
         python=str(install.python) if install.python else None,
         executable=str(install.executable) if install.executable else None,
-        workarounds=install.workarounds, surface=surface,
+        workarounds=install.workarounds,
+        surface=surface,
         methods=answer.methods if answer and answer.methods is not None else K.methods_for(version),
         fields=sorted(set(answer.fields) - K.INTERNAL_FIELDS) if answer else sorted(K.fields_for(version)),
-        checked_by=checked_by, valid=valid, config=checked,
+        checked_by=checked_by,
+        valid=valid,
+        config=checked,
         command=redact_argv(command) if command is not None else None,
-        command_forms=spec.forms if spec else [], findings=findings,
+        command_forms=spec.forms if spec else [],
+        findings=findings,
         translations=_translations(checked, version) if checked is not None else None,
     )
     if url:
@@ -210,8 +229,13 @@ def _surface(install: discover.VllmInstall, answer: discover.ProbeAnswer | None,
     return SurfaceReport(**K.surface_for(version).model_dump(), source="specguard's version table")
 
 
-def _decide(checked: dict[str, Any] | None, command: list[str] | None, answer: discover.ProbeAnswer | None,
-            findings: list[Finding], checked_by: list[str]) -> bool | None:
+def _decide(
+    checked: dict[str, Any] | None,
+    command: list[str] | None,
+    answer: discover.ProbeAnswer | None,
+    findings: list[Finding],
+    checked_by: list[str],
+) -> bool | None:
     if checked is None and command is None:
         return None
     ours = not errors(findings)
@@ -228,9 +252,15 @@ def _decide(checked: dict[str, Any] | None, command: list[str] | None, answer: d
         verdicts.append(bool(answer.configs[0].get("accepted")))
     theirs = all(verdicts)
     if theirs != ours:
-        findings.append(Finding(key="preflight", severity="warning", rule="vLLM's answer stands",
-                                message=f"vLLM {'accepts' if theirs else 'refuses'} this but specguard's rules "
-                                        f"{'refuse' if theirs else 'accept'} it; please report it"))
+        findings.append(
+            Finding(
+                key="preflight",
+                severity="warning",
+                rule="vLLM's answer stands",
+                message=f"vLLM {'accepts' if theirs else 'refuses'} this but specguard's rules "
+                f"{'refuse' if theirs else 'accept'} it; please report it",
+            )
+        )
     return theirs
 
 

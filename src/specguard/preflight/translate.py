@@ -46,7 +46,7 @@ def split_command(text: str) -> list[str]:
     """argv of a shell line or a systemd ExecStart= (with its prefixes and backslash continuations)."""
     lines = [ln.rstrip() for ln in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()]
     starts = [ln.strip() for ln in lines if ln.strip().startswith("ExecStart=")]
-    line = starts[-1][len("ExecStart="):] if starts else " ".join(ln for ln in lines if not ln.strip().startswith("#"))
+    line = starts[-1][len("ExecStart=") :] if starts else " ".join(ln for ln in lines if not ln.strip().startswith("#"))
     line = line.lstrip("-@:+!")
     try:
         return shlex.split(line)
@@ -58,11 +58,12 @@ def server_args(argv: list[str]) -> list[str]:
     """The arguments vLLM's server parser sees: after ``vllm serve`` (model positional kept) or the API module."""
     for i, tok in enumerate(argv):
         if tok == "serve" and i > 0 and argv[i - 1].split("/")[-1] == "vllm":
-            return argv[i + 1:]
+            return argv[i + 1 :]
         if tok == "-m" and i + 1 < len(argv) and argv[i + 1] in SERVER_MODULES:
-            return argv[i + 2:]
-    raise CommandError("no vLLM server invocation found: expected 'vllm serve MODEL ...' or "
-                       "'python -m vllm.entrypoints.openai.api_server ...'")
+            return argv[i + 2 :]
+    raise CommandError(
+        "no vLLM server invocation found: expected 'vllm serve MODEL ...' or 'python -m vllm.entrypoints.openai.api_server ...'"
+    )
 
 
 def option_value(args: list[str], *names: str) -> str | None:
@@ -153,8 +154,14 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
             continue  # the '.' was only in the value
         if not eq:
             if i + 1 >= len(processed):
-                findings.append(Finding(key=name, message=f"{name} has no value; vLLM fails with an IndexError",
-                                        rule="a dotted key takes the next argument", fix=f"{name} VALUE"))
+                findings.append(
+                    Finding(
+                        key=name,
+                        message=f"{name} has no value; vLLM fails with an IndexError",
+                        rule="a dotted key takes the next argument",
+                        fix=f"{name} VALUE",
+                    )
+                )
                 taken.add(i)
                 continue
             text = processed[i + 1]
@@ -191,13 +198,26 @@ def _resolve_flag(name: str, version: K.Version, findings: list[Finding]) -> str
         return None
     matches = ours + [f for f in _OTHER_SPEC_PREFIXED if f.startswith(name)]
     if len(matches) > 1:
-        findings.append(Finding(key=name, message=f"ambiguous option: {name} could match {', '.join(matches)}",
-                                rule="argparse allow_abbrev", fix=f"spell out {ours[0]}"))
+        findings.append(
+            Finding(
+                key=name,
+                message=f"ambiguous option: {name} could match {', '.join(matches)}",
+                rule="argparse allow_abbrev",
+                fix=f"spell out {ours[0]}",
+            )
+        )
         return None
     if ours[0] in K.LEGACY_FLAG_KEYS:
         return None
-    findings.append(Finding(key=name, severity="warning", message=f"'{name}' is an abbreviation argparse "
-                            f"resolves to {ours[0]}", rule="argparse allow_abbrev", fix=f"spell out {ours[0]}"))
+    findings.append(
+        Finding(
+            key=name,
+            severity="warning",
+            message=f"'{name}' is an abbreviation argparse resolves to {ours[0]}",
+            rule="argparse allow_abbrev",
+            fix=f"spell out {ours[0]}",
+        )
+    )
     return ours[0]
 
 
@@ -208,10 +228,15 @@ def _parse_config_value(text: str, flag: str, out: list[Finding]) -> tuple[bool,
     try:
         return True, json.loads(text)
     except ValueError:
-        out.append(Finding(key=flag, message=f"{flag} value is not JSON: {text[:200]} (vLLM: 'Value ... cannot be "
-                           "converted to json.loads')", rule="--speculative-config is parsed with json.loads",
-                           fix="write JSON (double quotes, true/false/null) and quote it for the shell: "
-                               "--speculative-config '{\"method\": \"ngram\", ...}'"))
+        out.append(
+            Finding(
+                key=flag,
+                message=f"{flag} value is not JSON: {text[:200]} (vLLM: 'Value ... cannot be converted to json.loads')",
+                rule="--speculative-config is parsed with json.loads",
+                fix="write JSON (double quotes, true/false/null) and quote it for the shell: "
+                '--speculative-config \'{"method": "ngram", ...}\'',
+            )
+        )
         return False, None
 
 
@@ -222,20 +247,37 @@ def _parse_spec_arg(flag: str, text: str, version: K.Version, out: list[Finding]
         try:
             return True, int(text)
         except ValueError:
-            out.append(Finding(key=flag, message=f"argument {flag}: invalid int value: '{text}'",
-                               rule="--spec-tokens is type=int", fix=f"{flag} N, a whole number"))
+            out.append(
+                Finding(
+                    key=flag,
+                    message=f"argument {flag}: invalid int value: '{text}'",
+                    rule="--spec-tokens is type=int",
+                    fix=f"{flag} N, a whole number",
+                )
+            )
             return False, None
     if text in _NONE_TEXTS:
         return True, None
     if flag == "--spec-method" and text not in K.methods_for(version):
         if K.method_unconfirmed(text, version):
-            out.append(Finding(key=flag, severity="warning", rule="--spec-method choices",
-                               message=f"'{text}' may not be among vLLM {K.version_text(version)}'s --spec-method "
-                                       "choices (specguard has not read this release's literal)"))
+            out.append(
+                Finding(
+                    key=flag,
+                    severity="warning",
+                    rule="--spec-method choices",
+                    message=f"'{text}' may not be among vLLM {K.version_text(version)}'s --spec-method "
+                    "choices (specguard has not read this release's literal)",
+                )
+            )
         else:
-            out.append(Finding(key=flag, message=f"argument {flag}: invalid choice: '{text}'",
-                               rule="--spec-method choices are the accepted methods",
-                               fix="one of: " + ", ".join(K.methods_for(version))))
+            out.append(
+                Finding(
+                    key=flag,
+                    message=f"argument {flag}: invalid choice: '{text}'",
+                    rule="--spec-method choices are the accepted methods",
+                    fix="one of: " + ", ".join(K.methods_for(version)),
+                )
+            )
             return False, None
     return True, text
 
@@ -274,9 +316,14 @@ def extract_speculation(args: list[str], version: K.Version) -> Speculation:
             text = tokens[i + 1][0]
             i += 2
         else:
-            findings.append(Finding(key=name, message=f"argument {name}: expected one argument",
-                                    rule="argparse: an option's value cannot look like an option",
-                                    fix=f"write {name}=VALUE"))
+            findings.append(
+                Finding(
+                    key=name,
+                    message=f"argument {name}: expected one argument",
+                    rule="argparse: an option's value cannot look like an option",
+                    fix=f"write {name}=VALUE",
+                )
+            )
             i += 1
             continue
         if flag in (SPEC_CONFIG_FLAG, "-sc"):
@@ -290,8 +337,16 @@ def extract_speculation(args: list[str], version: K.Version) -> Speculation:
             ok, value = _parse_spec_arg(flag, text, version, findings)
             if ok:
                 spec_args[flag] = value
-    forms = [f for f, present in (("legacy_flags", legacy), ("speculative_config", config_given),
-                                  ("dotted_keys", dotted_given), ("spec_args", spec_args)) if present]
+    forms = [
+        f
+        for f, present in (
+            ("legacy_flags", legacy),
+            ("speculative_config", config_given),
+            ("dotted_keys", dotted_given),
+            ("spec_args", spec_args),
+        )
+        if present
+    ]
     forms += ["short_alias"] if short_alias else []
     findings += _surface_findings(version, legacy, config_given or dotted_given, dotted_given, spec_args, forms)
     config = _merge(legacy, config_value, spec_args, findings)
@@ -305,38 +360,75 @@ def _scalar(text: str) -> Any:
         return text
 
 
-def _surface_findings(v: K.Version, legacy: dict[str, Any], json_given: bool, dotted: bool,
-                      spec_args: dict[str, Any], forms: list[str]) -> list[Finding]:
+def _surface_findings(
+    v: K.Version, legacy: dict[str, Any], json_given: bool, dotted: bool, spec_args: dict[str, Any], forms: list[str]
+) -> list[Finding]:
     surface, vt = K.surface_for(v), K.version_text(v)
     out: list[Finding] = []
     if legacy and not surface.legacy_flags:
         fix = f"{SPEC_CONFIG_FLAG} '{config_json(legacy_to_config(legacy)[0])}'"
         for flag in legacy:
-            out.append(Finding(key=flag, message=f"{flag} was removed in 0.8.3; vLLM {vt} fails with 'unrecognized "
-                               "arguments'", rule="legacy speculation flags exist up to 0.8.2", fix=fix))
+            out.append(
+                Finding(
+                    key=flag,
+                    message=f"{flag} was removed in 0.8.3; vLLM {vt} fails with 'unrecognized arguments'",
+                    rule="legacy speculation flags exist up to 0.8.2",
+                    fix=fix,
+                )
+            )
     elif legacy and v == (0, 8, 2):
-        out.append(Finding(key=next(iter(legacy)), severity="warning", rule="deprecated in 0.8.2, removed in 0.8.3",
-                           message="legacy speculation flags still work in 0.8.2 but are deprecated",
-                           fix=f"{SPEC_CONFIG_FLAG} '{config_json(legacy_to_config(legacy)[0])}'"))
+        out.append(
+            Finding(
+                key=next(iter(legacy)),
+                severity="warning",
+                rule="deprecated in 0.8.2, removed in 0.8.3",
+                message="legacy speculation flags still work in 0.8.2 but are deprecated",
+                fix=f"{SPEC_CONFIG_FLAG} '{config_json(legacy_to_config(legacy)[0])}'",
+            )
+        )
     if json_given and not surface.speculative_config:
-        out.append(Finding(key=SPEC_CONFIG_FLAG, message=f"vLLM {vt} has no {SPEC_CONFIG_FLAG} (added in 0.8.2)",
-                           rule="--speculative-config from 0.8.2", fix="use the legacy flags (see translations)"))
+        out.append(
+            Finding(
+                key=SPEC_CONFIG_FLAG,
+                message=f"vLLM {vt} has no {SPEC_CONFIG_FLAG} (added in 0.8.2)",
+                rule="--speculative-config from 0.8.2",
+                fix="use the legacy flags (see translations)",
+            )
+        )
     if dotted and not surface.dotted_keys:
-        out.append(Finding(key=SPEC_CONFIG_FLAG + ".*", message=f"dotted keys need 0.9.0+, this is {vt}",
-                           rule="FlexibleArgumentParser dotted keys from 0.9.0", fix="pass one JSON object"))
+        out.append(
+            Finding(
+                key=SPEC_CONFIG_FLAG + ".*",
+                message=f"dotted keys need 0.9.0+, this is {vt}",
+                rule="FlexibleArgumentParser dotted keys from 0.9.0",
+                fix="pass one JSON object",
+            )
+        )
     if "short_alias" in forms and not surface.short_alias:
-        out.append(Finding(key="-sc", message=f"-sc needs 0.19.0+, this is {vt}", rule="-sc alias from 0.19.0",
-                           fix=f"write {SPEC_CONFIG_FLAG}"))
+        out.append(
+            Finding(
+                key="-sc",
+                message=f"-sc needs 0.19.0+, this is {vt}",
+                rule="-sc alias from 0.19.0",
+                fix=f"write {SPEC_CONFIG_FLAG}",
+            )
+        )
     if spec_args and not surface.spec_args:
         for flag in spec_args:
-            out.append(Finding(key=flag, message=f"{flag} needs 0.22.0+; vLLM {vt} fails with 'unrecognized arguments'",
-                               rule="--spec-method/--spec-model/--spec-tokens from 0.22.0",
-                               fix=f"put '{K.SPEC_ARG_KEYS[flag]}' inside {SPEC_CONFIG_FLAG}"))
+            out.append(
+                Finding(
+                    key=flag,
+                    message=f"{flag} needs 0.22.0+; vLLM {vt} fails with 'unrecognized arguments'",
+                    rule="--spec-method/--spec-model/--spec-tokens from 0.22.0",
+                    fix=f"put '{K.SPEC_ARG_KEYS[flag]}' inside {SPEC_CONFIG_FLAG}",
+                )
+            )
     return out
 
 
-def _merge(legacy: dict[str, Any], config_value: Any, spec_args: dict[str, Any],
-           findings: list[Finding]) -> dict[str, Any] | None:
+def _merge(
+    legacy: dict[str, Any], config_value: Any, spec_args: dict[str, Any], findings: list[Finding]
+) -> dict[str, Any] | None:
     """``EngineArgs.create_speculative_config`` (0.22+): ``--spec-*`` values go into the last JSON value (``{}`` when
     there is none); no flag, or null, with no ``--spec-*`` value means speculation off. ``{}`` stays a config."""
     merged = config_value
@@ -349,12 +441,23 @@ def _merge(legacy: dict[str, Any], config_value: Any, spec_args: dict[str, Any],
         if not isinstance(merged, dict):
             break
         if key in merged:
-            findings.append(Finding(key=flag, message=f"`{flag} and {SPEC_CONFIG_FLAG}['{key}'] are mutually exclusive`",
-                                    rule="--spec-* merge (0.22+)", fix=f"set '{key}' in one place only"))
+            findings.append(
+                Finding(
+                    key=flag,
+                    message=f"`{flag} and {SPEC_CONFIG_FLAG}['{key}'] are mutually exclusive`",
+                    rule="--spec-* merge (0.22+)",
+                    fix=f"set '{key}' in one place only",
+                )
+            )
         merged[key] = value
     if merged is not None and not isinstance(merged, dict):
-        findings.append(Finding(key=SPEC_CONFIG_FLAG, message=f"{SPEC_CONFIG_FLAG} must be a JSON object, "
-                                f"not {type(merged).__name__}", rule="JSON object"))
+        findings.append(
+            Finding(
+                key=SPEC_CONFIG_FLAG,
+                message=f"{SPEC_CONFIG_FLAG} must be a JSON object, not {type(merged).__name__}",
+                rule="JSON object",
+            )
+        )
         merged = None
     if legacy:
         merged = {**legacy_to_config(legacy)[0], **(merged or {})}
@@ -372,8 +475,14 @@ def legacy_to_config(legacy: dict[str, Any]) -> tuple[dict[str, Any], list[Findi
         cfg = {"method": "ngram", **cfg}
         if "prompt_lookup_max" in cfg and "prompt_lookup_min" not in cfg:
             cfg["prompt_lookup_min"] = V0_PROMPT_LOOKUP_MIN
-            notes.append(Finding(key="prompt_lookup_min", severity="info", rule="V0 default 1; V1 copies the max",
-                                 message="added prompt_lookup_min=1: V0 defaulted it to 1, V1 would copy the max"))
+            notes.append(
+                Finding(
+                    key="prompt_lookup_min",
+                    severity="info",
+                    rule="V0 default 1; V1 copies the max",
+                    message="added prompt_lookup_min=1: V0 defaulted it to 1, V1 would copy the max",
+                )
+            )
     elif cfg.get("model"):
         cfg = {"method": resolve_method(cfg), **cfg}
     return cfg, notes
@@ -428,8 +537,14 @@ def to_legacy_flags(cfg: dict[str, Any]) -> tuple[list[str], list[Finding]]:
     if method == "ngram":
         argv += ["--speculative-model", "[ngram]"]
     elif method not in (None, "draft_model"):
-        missing.append(Finding(key="method", severity="info", rule="legacy flags predate this method",
-                               message=f"method '{method}' has no legacy flag form"))
+        missing.append(
+            Finding(
+                key="method",
+                severity="info",
+                rule="legacy flags predate this method",
+                message=f"method '{method}' has no legacy flag form",
+            )
+        )
     for key, value in rest.items():
         flag = by_key.get(key)
         if flag is None:

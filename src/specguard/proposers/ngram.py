@@ -52,7 +52,7 @@ def ngram_propose(tokens: Sequence[int], min_n: int, max_n: int, k: int, max_mod
         return []
     start = total - 1 - position + longest
     k = min(k, total - start)
-    return list(tokens[start:start + k])
+    return list(tokens[start : start + k])
 
 
 def _min_gram_keys(tokens: list[int], n: int) -> list[int]:
@@ -75,7 +75,7 @@ class KnownSequenceDrafts:
         self.tokens = tokens if isinstance(tokens, list) else list(tokens)
         self.min_n, self.max_n = min_n, max_n
         keys = self.keys = _min_gram_keys(self.tokens, min_n) if len(self.tokens) >= min_n else []
-        queried = set(keys[max(0, first - min_n):])
+        queried = set(keys[max(0, first - min_n) :])
         candidates = [j for j, key in enumerate(keys) if key in queried]
         starts: dict[int, list[int]] = {}
         for j in candidates:
@@ -107,4 +107,4 @@ class KnownSequenceDrafts:
         if best_end < 0:
             return []
         start = best_end + 1
-        return toks[start:start + min(k, total - start)]
+        return toks[start : start + min(k, total - start)]

@@ -39,8 +39,11 @@ class ReplayStats(BaseModel):
     draft_tokens: int = 0
     accepted: int = 0
     accepted_per_pos: list[int] = Field(default_factory=list)
-    past_end: int = Field(default=0, description="draft tokens past the logged output on a final step that matched "
-                          "to the end: vLLM verifies them against tokens the log does not have (see replay())")
+    past_end: int = Field(
+        default=0,
+        description="draft tokens past the logged output on a final step that matched "
+        "to the end: vLLM verifies them against tokens the log does not have (see replay())",
+    )
 
     def add(self, other: ReplayStats) -> ReplayStats:
         width = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
@@ -49,11 +52,16 @@ class ReplayStats(BaseModel):
             return xs + [0] * (width - len(xs))
 
         return ReplayStats(
-            requests=self.requests + other.requests, output_tokens=self.output_tokens + other.output_tokens,
-            steps=self.steps + other.steps, baseline_steps=self.baseline_steps + other.baseline_steps,
-            drafts=self.drafts + other.drafts, draft_tokens=self.draft_tokens + other.draft_tokens,
-            accepted=self.accepted + other.accepted, past_end=self.past_end + other.past_end,
-            accepted_per_pos=[a + b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))])
+            requests=self.requests + other.requests,
+            output_tokens=self.output_tokens + other.output_tokens,
+            steps=self.steps + other.steps,
+            baseline_steps=self.baseline_steps + other.baseline_steps,
+            drafts=self.drafts + other.drafts,
+            draft_tokens=self.draft_tokens + other.draft_tokens,
+            accepted=self.accepted + other.accepted,
+            past_end=self.past_end + other.past_end,
+            accepted_per_pos=[a + b for a, b in zip(pad(self.accepted_per_pos), pad(other.accepted_per_pos))],
+        )
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -85,14 +93,22 @@ class ReplayStats(BaseModel):
         return (self.accepted + self.past_end) / self.draft_tokens if self.draft_tokens else None
 
     def rates(self) -> dict[str, float | list[float] | None]:
-        return {"acceptance_rate": self.acceptance_rate, "acceptance_rate_upper": self.acceptance_rate_upper,
-                "mean_acceptance_length": self.mean_acceptance_length,
-                "per_position": self.per_position, "draft_fraction": self.draft_fraction,
-                "step_reduction": self.step_reduction}
+        return {
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_rate_upper": self.acceptance_rate_upper,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position": self.per_position,
+            "draft_fraction": self.draft_fraction,
+            "step_reduction": self.step_reduction,
+        }
 
 
-def replay(prompt: Sequence[int], output: Sequence[int], propose: Callable[[int], list[int]],
-           advance: Callable[[Sequence[int]], None] | None = None) -> ReplayStats:
+def replay(
+    prompt: Sequence[int],
+    output: Sequence[int],
+    propose: Callable[[int], list[int]],
+    advance: Callable[[Sequence[int]], None] | None = None,
+) -> ReplayStats:
     """One request: ``advance`` appends tokens to the proposer's context, ``propose(pos)`` drafts from it."""
     if not output:
         return ReplayStats(requests=1)
@@ -108,7 +124,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], propose: Callable[[int]
         draft = propose(pos)
         accepted = 0
         if draft:
-            for d, a in zip(draft, seq[pos:pos + len(draft)]):
+            for d, a in zip(draft, seq[pos : pos + len(draft)]):
                 if d != a:
                     break
                 accepted += 1
@@ -126,26 +142,34 @@ def replay(prompt: Sequence[int], output: Sequence[int], propose: Callable[[int]
         if advance is not None:
             advance(seq[pos:new_pos])
         pos = new_pos
-    return ReplayStats(requests=1, output_tokens=len(output), baseline_steps=len(output) - 1, steps=steps,
-                       drafts=drafts, draft_tokens=draft_tokens, accepted=accepted_total, past_end=past_end,
-                       accepted_per_pos=per_pos)
+    return ReplayStats(
+        requests=1,
+        output_tokens=len(output),
+        baseline_steps=len(output) - 1,
+        steps=steps,
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted=accepted_total,
+        past_end=past_end,
+        accepted_per_pos=per_pos,
+    )
 
 
-def replay_ngram(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, k: int,
-                 max_model_len: int) -> ReplayStats:
+def replay_ngram(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, k: int, max_model_len: int) -> ReplayStats:
     return replay_ngram_sweep(prompt, output, min_n, max_n, [k], max_model_len)[k]
 
 
-def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int],
-                  max_model_len: int) -> ReplayStats:
+def replay_suffix(
+    cache: SuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int], max_model_len: int
+) -> ReplayStats:
     """One request through a shared suffix cache: earlier requests' responses are in its global tree."""
     started = False
 
     def advance(tokens: Sequence[int]) -> None:
         nonlocal started
         if not started:
-            cache.start_request(req_id, tokens[:len(prompt)])
-            cache.add_response(req_id, tokens[len(prompt):])
+            cache.start_request(req_id, tokens[: len(prompt)])
+            cache.add_response(req_id, tokens[len(prompt) :])
             started = True
         else:
             cache.add_response(req_id, tokens)
@@ -156,15 +180,15 @@ def replay_suffix(cache: SuffixCache, req_id: str, prompt: Sequence[int], output
         cache.stop_request(req_id)
 
 
-def replay_ngram_sweep(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, ks: Sequence[int],
-                       max_model_len: int) -> dict[int, ReplayStats]:
+def replay_ngram_sweep(
+    prompt: Sequence[int], output: Sequence[int], min_n: int, max_n: int, ks: Sequence[int], max_model_len: int
+) -> dict[int, ReplayStats]:
     """One request under several k at once, sharing the request's candidate places."""
     drafts = KnownSequenceDrafts(list(prompt) + list(output), min_n, max_n, len(prompt) + 1)
     return {k: _replay_known(drafts, len(prompt), len(output), k, max_model_len) for k in ks}
 
 
-def _replay_known(drafts: KnownSequenceDrafts, prompt_len: int, output_len: int, k: int,
-                  max_model_len: int) -> ReplayStats:
+def _replay_known(drafts: KnownSequenceDrafts, prompt_len: int, output_len: int, k: int, max_model_len: int) -> ReplayStats:
     """``replay`` with the n-gram proposal inlined: the same steps and counts, without a call per step.
 
     The candidate scan repeats ``KnownSequenceDrafts.propose_at`` on purpose: calling it (or a shared helper)
@@ -215,6 +239,14 @@ def _replay_known(drafts: KnownSequenceDrafts, prompt_len: int, output_len: int,
             for i in range(accepted):
                 per_pos[i] += 1
         pos = min(end, pos + accepted + 1)
-    return ReplayStats(requests=1, output_tokens=output_len, baseline_steps=output_len - 1, steps=steps,
-                       drafts=drafts_n, draft_tokens=draft_tokens, accepted=accepted_total, past_end=past_end,
-                       accepted_per_pos=per_pos)
+    return ReplayStats(
+        requests=1,
+        output_tokens=output_len,
+        baseline_steps=output_len - 1,
+        steps=steps,
+        drafts=drafts_n,
+        draft_tokens=draft_tokens,
+        accepted=accepted_total,
+        past_end=past_end,
+        accepted_per_pos=per_pos,
+    )

@@ -83,7 +83,7 @@ class SuffixTree:
         for start in range(len(seq)):
             self.root[_COUNT] -= 1
             node = self.root
-            for tok in seq[start:start + self.max_depth]:
+            for tok in seq[start : start + self.max_depth]:
                 child = node[_KIDS][tok]
                 child[_COUNT] -= 1
                 if child[_COUNT] == 0:
@@ -91,13 +91,14 @@ class SuffixTree:
                     break
                 node = child
 
-    def speculate(self, pattern: Sequence[int], max_spec_tokens: int, max_spec_factor: float,
-                  min_token_prob: float) -> tuple[list[int], float]:
+    def speculate(
+        self, pattern: Sequence[int], max_spec_tokens: int, max_spec_factor: float, min_token_prob: float
+    ) -> tuple[list[int], float]:
         best: list[int] = []
         best_score = 0.0
         for match_len in range(1, len(pattern)):
             node: list | None = self.root
-            for tok in pattern[len(pattern) - match_len:]:
+            for tok in pattern[len(pattern) - match_len :]:
                 kids = node[_KIDS]  # type: ignore[index]
                 node = kids.get(tok) if kids else None
                 if node is None:
@@ -161,9 +162,8 @@ class SuffixCache:
         max_spec = min(k, max_model_len - len(context) - 1)
         if max_spec <= 0:
             return []
-        pattern = context[-self.p.max_tree_depth:]
-        local, local_score = self._local[req_id].speculate(pattern, max_spec, self.p.max_spec_factor,
-                                                           self.p.min_token_prob)
+        pattern = context[-self.p.max_tree_depth :]
+        local, local_score = self._local[req_id].speculate(pattern, max_spec, self.p.max_spec_factor, self.p.min_token_prob)
         if self.p.max_cached_requests <= 0:
             return local
         glob, glob_score = self.global_tree.speculate(pattern, max_spec, self.p.max_spec_factor, self.p.min_token_prob)

@@ -35,15 +35,32 @@ def latency_vs_load(v: VerdictFile, record: CheckRecord) -> str:
     metric, pct = record.plan.objective.metric, record.plan.objective.percentile
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{pct} {metric}", "p99 e2e_ms"))
     for sampling, segment in groups:
-        cells = sorted((c for c in v.cells if (c.sampling, c.segment) == (sampling, segment)),
-                       key=lambda c: order[c.traffic])
+        cells = sorted((c for c in v.cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
         x = [f"{c.traffic} ({order[c.traffic]:g})" for c in cells]
         for arm in ARMS:
             dash = "solid" if arm == "candidate" else "dot"
-            fig.add_trace(go.Scatter(x=x, y=[getattr(c.objective, arm) for c in cells], name=f"{arm} {sampling}/{segment}",
-                                     line={"color": COLORS[arm], "dash": dash}, legendgroup=arm), 1, 1)
-            fig.add_trace(go.Scatter(x=x, y=[getattr(c.p99_e2e, arm) for c in cells], showlegend=False,
-                                     line={"color": COLORS[arm], "dash": dash}, legendgroup=arm), 1, 2)
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[getattr(c.objective, arm) for c in cells],
+                    name=f"{arm} {sampling}/{segment}",
+                    line={"color": COLORS[arm], "dash": dash},
+                    legendgroup=arm,
+                ),
+                1,
+                1,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[getattr(c.p99_e2e, arm) for c in cells],
+                    showlegend=False,
+                    line={"color": COLORS[arm], "dash": dash},
+                    legendgroup=arm,
+                ),
+                1,
+                2,
+            )
     fig.update_layout(title="Latency versus offered load")
     return _div(fig, "latency-vs-load")
 
@@ -51,8 +68,7 @@ def latency_vs_load(v: VerdictFile, record: CheckRecord) -> str:
 def _cell_dirs(record: CheckRecord, out: Path, arm: str, traffic: str, sampling: str) -> list[Path]:
     """Every stored run of one arm at one traffic level and sampling setting: all prompt sources, all repetitions."""
     plan = record.plan
-    return [d for i in range(len(plan.prompts))
-            for d in rep_dirs(out, arm, cell_key(traffic, sampling, i), plan.repetitions)]
+    return [d for i in range(len(plan.prompts)) for d in rep_dirs(out, arm, cell_key(traffic, sampling, i), plan.repetitions)]
 
 
 def distributions(record: CheckRecord, out: Path) -> str:
@@ -89,8 +105,9 @@ def acceptance(record: CheckRecord, out: Path) -> str:
                 fig.add_trace(go.Bar(x=[f"pos {j}" for j in range(k)], y=mean, name=f"{t.name} / {s.name}"))
     if not fig.data:
         fig.add_annotation(text="the candidate exposes no spec-decode counters", showarrow=False)
-    fig.update_layout(title="Candidate per-position acceptance (accepted at position i / drafts)", barmode="group",
-                      yaxis={"range": [0, 1]})
+    fig.update_layout(
+        title="Candidate per-position acceptance (accepted at position i / drafts)", barmode="group", yaxis={"range": [0, 1]}
+    )
     return _div(fig, "acceptance")
 
 
@@ -104,20 +121,30 @@ def server_gauges(record: CheckRecord, out: Path) -> str:
             continue
         samples = [s for s in load_run(dirs[0])[2] if s.ok]
         t = [s.t_s for s in samples]
-        fig.add_trace(go.Scatter(x=t, y=[s.gauges.get("kv_cache_usage") for s in samples], name=arm,
-                                 line={"color": COLORS[arm]}), 1, 1)
-        fig.add_trace(go.Scatter(x=t, y=[s.gauges.get("requests_waiting") for s in samples], showlegend=False,
-                                 line={"color": COLORS[arm]}), 1, 2)
-    fig.update_layout(title=f"Server gauges over time (target level '{target.name}', first repetition)",
-                      xaxis_title="seconds", xaxis2_title="seconds")
+        fig.add_trace(
+            go.Scatter(x=t, y=[s.gauges.get("kv_cache_usage") for s in samples], name=arm, line={"color": COLORS[arm]}), 1, 1
+        )
+        fig.add_trace(
+            go.Scatter(x=t, y=[s.gauges.get("requests_waiting") for s in samples], showlegend=False, line={"color": COLORS[arm]}),
+            1,
+            2,
+        )
+    fig.update_layout(
+        title=f"Server gauges over time (target level '{target.name}', first repetition)",
+        xaxis_title="seconds",
+        xaxis2_title="seconds",
+    )
     return _div(fig, "server-gauges")
 
 
 def render_html(v: VerdictFile, record: CheckRecord, out: Path) -> str:
     plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True)
-    charts = [latency_vs_load(v, record), distributions(record, out), acceptance(record, out),
-              server_gauges(record, out)]
+    charts = [latency_vs_load(v, record), distributions(record, out), acceptance(record, out), server_gauges(record, out)]
     return env.get_template(TEMPLATE.name).render(
-        v=v, charts=charts, plotly_js=plotly_js, out=os.fspath(out), pinned_line=pinned_line,
+        v=v,
+        charts=charts,
+        plotly_js=plotly_js,
+        out=os.fspath(out),
+        pinned_line=pinned_line,
     )

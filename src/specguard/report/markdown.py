@@ -16,41 +16,57 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 def pinned_line(p: Inventory) -> str:
     """The pinned inventory in one line: what must not change between baseline and candidate."""
+
     def short(m: ModelIdentity | None) -> str:
         if m is None:
             return "none"
         return f"`{m.name}`" + (f" @{m.revision}" if m.revision else "") + (f" {m.content_hash[:19]}" if m.content_hash else "")
 
     kv = p.kv
-    return (f"vLLM {p.vllm_version}, model {short(p.model)}, draft {short(p.draft)}, GPU {p.gpu}, TP {p.tensor_parallel_size}, "
-            f"max len {p.max_model_len}, quantization {p.quantization}, KV {kv.num_gpu_blocks} blocks x {kv.block_size} "
-            f"= {kv.kv_tokens} tokens, mean prompt/output tokens {p.mean_prompt_tokens}/{p.mean_output_tokens}")
+    return (
+        f"vLLM {p.vllm_version}, model {short(p.model)}, draft {short(p.draft)}, GPU {p.gpu}, TP {p.tensor_parallel_size}, "
+        f"max len {p.max_model_len}, quantization {p.quantization}, KV {kv.num_gpu_blocks} blocks x {kv.block_size} "
+        f"= {kv.kv_tokens} tokens, mean prompt/output tokens {p.mean_prompt_tokens}/{p.mean_output_tokens}"
+    )
 
 
 def render_markdown(v: VerdictFile) -> str:
     out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
     out += [f"- {r}" for r in v.reasons] + [""]
     out += [f"Objective: {v.objective}.", ""]
-    out += ["## Per traffic level and segment", "",
-            "| traffic | sampling | segment | result | numbers |", "|---|---|---|---|---|"]
+    out += [
+        "## Per traffic level and segment",
+        "",
+        "| traffic | sampling | segment | result | numbers |",
+        "|---|---|---|---|---|",
+    ]
     out += [f"| {x.traffic} | {x.sampling} | {x.segment} | {x.status} | {x.text} |" for x in v.lines]
     if v.crossover:
         out += ["", "## Crossover", ""] + [f"- {c}" for c in v.crossover]
     if v.warnings:
         out += ["", "## Warnings (they do not change the verdict)", ""] + [f"- {w}" for w in v.warnings]
-    out += ["", "## Percentiles (ms), candidate / baseline with 95% interval", "",
-            "| cell | metric | pct | baseline | candidate | ratio | 95% CI | samples |", "|---|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Percentiles (ms), candidate / baseline with 95% interval",
+        "",
+        "| cell | metric | pct | baseline | candidate | ratio | 95% CI | samples |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in v.cells:
         for metric, by_q in c.metrics.items():
             for q, r in by_q.items():
                 enough = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
-                out.append(f"| {c.name} | {metric} | {q} | {_f(r.baseline)} ({_f(r.baseline_ci[0])}-{_f(r.baseline_ci[1])}) | "
-                           f"{_f(r.candidate)} ({_f(r.candidate_ci[0])}-{_f(r.candidate_ci[1])}) | {_f(r.ratio, 3)} | "
-                           f"{_f(r.ci_low, 3)}-{_f(r.ci_high, 3)} | {enough} |")
+                out.append(
+                    f"| {c.name} | {metric} | {q} | {_f(r.baseline)} ({_f(r.baseline_ci[0])}-{_f(r.baseline_ci[1])}) | "
+                    f"{_f(r.candidate)} ({_f(r.candidate_ci[0])}-{_f(r.candidate_ci[1])}) | {_f(r.ratio, 3)} | "
+                    f"{_f(r.ci_low, 3)}-{_f(r.ci_high, 3)} | {enough} |"
+                )
     out += ["", "## Inventory", ""]
     for inv in v.inventory.values():
-        out.append(f"- **{inv.arm}** ({inv.kind}): model `{inv.model}`, vLLM {inv.vllm_version or 'unknown'}, "
-                   f"speculative config `{inv.speculative_config}`, max model len {inv.max_model_len}")
+        out.append(
+            f"- **{inv.arm}** ({inv.kind}): model `{inv.model}`, vLLM {inv.vllm_version or 'unknown'}, "
+            f"speculative config `{inv.speculative_config}`, max model len {inv.max_model_len}"
+        )
         if inv.pinned is not None:
             out.append("  - pinned: " + pinned_line(inv.pinned))
     if v.inventory_diff is not None:

@@ -35,19 +35,43 @@ def _p(p: Percentiles, key: str) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-HEADER = ["arm", "repetition", "cell", "requests", "errors", "ITL p50 ms", "ITL p95 ms", "TTFT p95 ms", "E2E p99 ms",
-          "incomplete"]
+HEADER = [
+    "arm",
+    "repetition",
+    "cell",
+    "requests",
+    "errors",
+    "ITL p50 ms",
+    "ITL p95 ms",
+    "TTFT p95 ms",
+    "E2E p99 ms",
+    "incomplete",
+]
 
 
 def _rows(data: PartialReport) -> list[list[str]]:
-    return [[r.arm, r.repetition, r.cell, str(r.summary.requests), str(r.summary.errors), _p(r.summary.itl_ms, "p50"),
-             _p(r.summary.itl_ms, "p95"), _p(r.summary.ttft_ms, "p95"), _p(r.summary.e2e_ms, "p99"),
-             "yes" if r.summary.incomplete or r.summary.interrupted else ""] for r in data.runs]
+    return [
+        [
+            r.arm,
+            r.repetition,
+            r.cell,
+            str(r.summary.requests),
+            str(r.summary.errors),
+            _p(r.summary.itl_ms, "p50"),
+            _p(r.summary.itl_ms, "p95"),
+            _p(r.summary.ttft_ms, "p95"),
+            _p(r.summary.e2e_ms, "p99"),
+            "yes" if r.summary.incomplete or r.summary.interrupted else "",
+        ]
+        for r in data.runs
+    ]
 
 
 def headline(data: PartialReport) -> str:
-    return (f"PARTIAL REPORT, NO VERDICT: the check `{data.plan}` is incomplete ({len(data.missing)} missing: "
-            f"{', '.join(data.missing[:6])}{', ...' if len(data.missing) > 6 else ''})")
+    return (
+        f"PARTIAL REPORT, NO VERDICT: the check `{data.plan}` is incomplete ({len(data.missing)} missing: "
+        f"{', '.join(data.missing[:6])}{', ...' if len(data.missing) > 6 else ''})"
+    )
 
 
 def resume_command(data: PartialReport) -> str:
@@ -55,8 +79,16 @@ def resume_command(data: PartialReport) -> str:
 
 
 def render_partial_markdown(data: PartialReport) -> str:
-    out = [f"# {headline(data)}", "", f"Continue it with `{resume_command(data)}`.", "",
-           "## Runs measured so far", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out = [
+        f"# {headline(data)}",
+        "",
+        f"Continue it with `{resume_command(data)}`.",
+        "",
+        "## Runs measured so far",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
     out += ["| " + " | ".join(row) + " |" for row in _rows(data)]
     out += ["", "## Definitions", ""] + [f"- **{k}**: {v}" for k, v in data.definitions.items()]
     return "\n".join(out) + "\n"

@@ -89,8 +89,16 @@ def print_comparison(console: Console, result: Comparison) -> None:
     for metric, by_q in result.metrics.items():
         for name, r in by_q.items():
             samples = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
-            table.add_row(metric, name, _fmt(r.baseline), _fmt(r.candidate), _fmt(r.ratio, 3),
-                          f"{_fmt(r.ci_low, 3)} - {_fmt(r.ci_high, 3)}", _fmt(r.mann_whitney_p, 4), samples)
+            table.add_row(
+                metric,
+                name,
+                _fmt(r.baseline),
+                _fmt(r.candidate),
+                _fmt(r.ratio, 3),
+                f"{_fmt(r.ci_low, 3)} - {_fmt(r.ci_high, 3)}",
+                _fmt(r.mann_whitney_p, 4),
+                samples,
+            )
     console.print(table)
     console.print("ratio < 1: the candidate is faster. " + result.definitions["ci_low/ci_high"] + ".")
 

@@ -1,12 +1,12 @@
 """The layout of a check directory, owned here and nowhere else.
 
-    DIR/check.json                         CheckRecord: the plan, its hash, the arms' inventories, failures
-    DIR/check-state.json                   CheckState: which blocks are done (written after every block)
-    DIR/runs/ARM/repN/TRAFFIC__SAMPLING__pI/   one ``bench`` run directory per cell of a block
-    DIR/logs/ARM-repN.log                  a launched server's log for that block
-    DIR/interrupted/TIME/ARM/repN/...      the partial runs of a block that was interrupted (kept, not reused)
-    DIR/verdict.json, report.md, report.html          the outcome of a complete check
-    DIR/report-partial.md, report-partial.html        what an interrupted check has (no verdict)
+DIR/check.json                         CheckRecord: the plan, its hash, the arms' inventories, failures
+DIR/check-state.json                   CheckState: which blocks are done (written after every block)
+DIR/runs/ARM/repN/TRAFFIC__SAMPLING__pI/   one ``bench`` run directory per cell of a block
+DIR/logs/ARM-repN.log                  a launched server's log for that block
+DIR/interrupted/TIME/ARM/repN/...      the partial runs of a block that was interrupted (kept, not reused)
+DIR/verdict.json, report.md, report.html          the outcome of a complete check
+DIR/report-partial.md, report-partial.html        what an interrupted check has (no verdict)
 """
 
 from __future__ import annotations

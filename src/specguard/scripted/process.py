@@ -12,14 +12,24 @@ from specguard.vllm.server_spec import ServerSpec
 
 class ScriptedProcess(ManagedServer):
     def __init__(self, script: Script, log_dir: Path) -> None:
-        super().__init__(ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "scripted.log",
-                         startup_timeout_s=30)
+        super().__init__(
+            ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "scripted.log", startup_timeout_s=30
+        )
         self.script = script
         self.chunk_log = log_dir / "chunks.jsonl"
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "specguard.scripted.server", "--port", str(port),
-                "--log", str(self.chunk_log), "--script", self.script.model_dump_json()]
+        return [
+            sys.executable,
+            "-m",
+            "specguard.scripted.server",
+            "--port",
+            str(port),
+            "--log",
+            str(self.chunk_log),
+            "--script",
+            self.script.model_dump_json(),
+        ]
 
     def chunk_logs(self) -> dict[str, ChunkLog]:
         if not self.chunk_log.exists():

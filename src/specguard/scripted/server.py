@@ -94,15 +94,15 @@ class ScriptedServer:
             return ""
         kv = "vllm:kv_cache_usage_perc" if self.script.metrics == "new" else "vllm:gpu_cache_usage_perc"
         return (
-            f"# TYPE {kv} gauge\n{kv}{{engine=\"0\",model_name=\"scripted\"}} 0.25\n"
+            f'# TYPE {kv} gauge\n{kv}{{engine="0",model_name="scripted"}} 0.25\n'
             "# TYPE vllm:num_requests_running gauge\n"
-            "vllm:num_requests_running{engine=\"0\",model_name=\"scripted\"} 0.0\n"
+            'vllm:num_requests_running{engine="0",model_name="scripted"} 0.0\n'
             "# TYPE vllm:num_requests_waiting gauge\n"
-            "vllm:num_requests_waiting{engine=\"0\",model_name=\"scripted\"} 0.0\n"
+            'vllm:num_requests_waiting{engine="0",model_name="scripted"} 0.0\n'
             "# TYPE vllm:request_success counter\n"
-            f"vllm:request_success_total{{engine=\"0\",finished_reason=\"length\",model_name=\"scripted\"}} {self.finished}.0\n"
+            f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="scripted"}} {self.finished}.0\n'
             "# TYPE vllm:generation_tokens counter\n"
-            f"vllm:generation_tokens_total{{engine=\"0\",model_name=\"scripted\"}} {self.generated}.0\n"
+            f'vllm:generation_tokens_total{{engine="0",model_name="scripted"}} {self.generated}.0\n'
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -115,8 +115,9 @@ class ScriptedServer:
         fault = self._fault_for(body)
         if fault == "wrong_model_404":
             self._log(request, rid, start, [], [], fault)
-            return web.json_response(_error_body(
-                f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404, param="model"), status=404)
+            return web.json_response(
+                _error_body(f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404, param="model"), status=404
+            )
         if fault == "http_500":
             self._log(request, rid, start, [], [], fault)
             return web.json_response(_error_body("scripted fault http_500", "InternalServerError", 500), status=500)
@@ -151,8 +152,11 @@ class ScriptedServer:
             # 200-stream timing test passed 15 of 20 runs with json.dumps here, 38 of 40 with this).
             text = " ".join(["x"] * k)
             fin = '"length"' if i == n - 1 else "null"
-            piece = (f'{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{fin}}}' if chat
-                     else f'{{"index":0,"text":"{text}","finish_reason":{fin}}}')
+            piece = (
+                f'{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{fin}}}'
+                if chat
+                else f'{{"index":0,"text":"{text}","finish_reason":{fin}}}'
+            )
             use = f',"usage":{{"prompt_tokens":8,"completion_tokens":{total}}}' if usage == "continuous" else ""
             data = f'data: {{"id":{rid_json},"choices":[{piece}]{use}}}\n\n'.encode()
             # Stamped just before the write: no client can see the chunk earlier, whatever the scheduler
@@ -209,23 +213,35 @@ class ScriptedServer:
     async def _on_shutdown(self, _: web.Application) -> None:
         self.closing = True
 
-    def _log(self, request: web.Request, rid: str, start: float, sent: list[float], tokens: list[int],
-             fault: Fault | None) -> None:
+    def _log(
+        self, request: web.Request, rid: str, start: float, sent: list[float], tokens: list[int], fault: Fault | None
+    ) -> None:
         if self.log is None:
             return
-        self.log.write(ChunkLog(
-            request_id=rid, start=start, chunk_sent=sent, chunk_tokens=tokens,
-            authorized=request.headers.get("Authorization", "").startswith("Bearer "),
-            fault=fault).model_dump_json(exclude_none=True) + "\n")
+        self.log.write(
+            ChunkLog(
+                request_id=rid,
+                start=start,
+                chunk_sent=sent,
+                chunk_tokens=tokens,
+                authorized=request.headers.get("Authorization", "").startswith("Bearer "),
+                fault=fault,
+            ).model_dump_json(exclude_none=True)
+            + "\n"
+        )
         self.log.flush()
 
     async def _flood(self, resp: web.StreamResponse, rid: str, n: int, chat: bool) -> None:
         """n one-token events as fast as the socket takes them, several per write; no per-chunk log."""
         rid_json = json.dumps(rid)
-        piece = '{"index":0,"delta":{"content":"x"},"finish_reason":null}' if chat else (
-            '{"index":0,"text":"x","finish_reason":null}')
-        template = ('data: {"id":' + rid_json + ',"choices":[' + piece +
-                    '],"usage":{"prompt_tokens":8,"completion_tokens":%d}}\n\n')
+        piece = (
+            '{"index":0,"delta":{"content":"x"},"finish_reason":null}'
+            if chat
+            else ('{"index":0,"text":"x","finish_reason":null}')
+        )
+        template = (
+            'data: {"id":' + rid_json + ',"choices":[' + piece + '],"usage":{"prompt_tokens":8,"completion_tokens":%d}}\n\n'
+        )
         batch: list[str] = []
         for i in range(1, n + 1):
             batch.append(template % i)
@@ -284,8 +300,9 @@ def main() -> None:
     gc.freeze()
     gc.disable()
 
-    web.run_app(server.app(), host=a.host, port=a.port, print=lambda *_: None, access_log=None, backlog=1024,
-                loop=uvloop.new_event_loop())
+    web.run_app(
+        server.app(), host=a.host, port=a.port, print=lambda *_: None, access_log=None, backlog=1024, loop=uvloop.new_event_loop()
+    )
 
 
 if __name__ == "__main__":

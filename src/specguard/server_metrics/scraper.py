@@ -68,15 +68,28 @@ class ScraperProcess:
     """
 
     def __init__(self, url: str, interval_s: float, out: Path, cpus: set[int] | None = None) -> None:
-        self.argv = [sys.executable, "-m", "specguard.server_metrics.scraper", "--url", url,
-                     "--interval", repr(interval_s), "--out", str(out)]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "specguard.server_metrics.scraper",
+            "--url",
+            url,
+            "--interval",
+            repr(interval_s),
+            "--out",
+            str(out),
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.cpus = cpus
 
     def launch(self) -> None:
         """Start the child and wait until it is ready (blocking: call before the run starts)."""
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            preexec_fn=(lambda: set_cpus(self.cpus)) if self.cpus else None,
+        )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != b"ready":
             raise RuntimeError("the /metrics scraper process did not start")

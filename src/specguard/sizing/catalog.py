@@ -52,57 +52,119 @@ class GpuEntry(BaseModel):
     memory_bytes: int = Field(description="total memory as the driver reports it")
 
 
-def _m(name: str, family: str, layers: int, hidden: int, heads: int, kv: int, head_dim: int, inter: int | None,
-       vocab: int, max_pos: int, params_b: float, **extra: Any) -> ModelEntry:
-    return ModelEntry(name=name, family=family, hidden_size=hidden, num_attention_heads=heads, intermediate_size=inter,
-                      vocab_size=vocab,
-                      max_position_embeddings=max_pos, params=params_b * 1e9,
-                      shape=AttentionShape(num_layers=layers, num_kv_heads=kv, head_dim=head_dim), **extra)
+def _m(
+    name: str,
+    family: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    inter: int | None,
+    vocab: int,
+    max_pos: int,
+    params_b: float,
+    **extra: Any,
+) -> ModelEntry:
+    return ModelEntry(
+        name=name,
+        family=family,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        params=params_b * 1e9,
+        shape=AttentionShape(num_layers=layers, num_kv_heads=kv, head_dim=head_dim),
+        **extra,
+    )
 
 
-MODELS: dict[str, ModelEntry] = {m.name: m for m in [
-    _m("llama-3-8b", "llama3", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 8.03),
-    _m("llama-3-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 8192, 70.55),
-    _m("llama-3.1-8b", "llama3", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 8.03),
-    _m("llama-3.1-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 70.55),
-    _m("llama-3.1-405b", "llama3", 126, 16384, 128, 8, 128, 53248, 128256, 131072, 405.85),
-    _m("llama-3.2-1b", "llama3", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1.24),
-    _m("llama-3.2-3b", "llama3", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 3.21),
-    _m("llama-3.3-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 70.55),
-    _m("qwen2.5-0.5b", "qwen2.5", 24, 896, 14, 2, 64, 4864, 151936, 32768, 0.49),
-    _m("qwen2.5-1.5b", "qwen2.5", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1.54),
-    _m("qwen2.5-3b", "qwen2.5", 36, 2048, 16, 2, 128, 11008, 151936, 32768, 3.09),
-    _m("qwen2.5-7b", "qwen2.5", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 7.62),
-    _m("qwen2.5-14b", "qwen2.5", 48, 5120, 40, 8, 128, 13824, 152064, 32768, 14.77),
-    _m("qwen2.5-32b", "qwen2.5", 64, 5120, 40, 8, 128, 27648, 152064, 32768, 32.76),
-    _m("qwen2.5-72b", "qwen2.5", 80, 8192, 64, 8, 128, 29568, 152064, 32768, 72.71),
-    _m("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 0.6),
-    _m("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, 1.7),
-    _m("qwen3-4b", "qwen3", 36, 2560, 32, 8, 128, 9728, 151936, 40960, 4.02),
-    _m("qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 8.19),
-    _m("qwen3-14b", "qwen3", 40, 5120, 40, 8, 128, 17408, 151936, 40960, 14.77),
-    _m("qwen3-32b", "qwen3", 64, 5120, 64, 8, 128, 25600, 151936, 40960, 32.76),
-    _m("mistral-7b", "mistral", 32, 4096, 32, 8, 128, 14336, 32768, 32768, 7.25),
-    _m("mistral-large-2407", "mistral", 88, 12288, 96, 8, 128, 28672, 32768, 131072, 122.6),
-    _m("mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 128, None, 32000, 32768, 46.7),
-    _m("mixtral-8x22b", "mixtral", 56, 6144, 48, 8, 128, None, 32768, 65536, 140.6),
-    _m("gpt-oss-20b", "gpt-oss", 24, 2880, 64, 8, 64, None, 201088, 131072, 20.9, native_dtype="mxfp4",
-       sliding_window_layers=12),
-    _m("gpt-oss-120b", "gpt-oss", 36, 2880, 64, 8, 64, None, 201088, 131072, 116.8, native_dtype="mxfp4",
-       sliding_window_layers=18),
-    ModelEntry(name="deepseek-v3", family="deepseek-v3", hidden_size=7168, num_attention_heads=128, vocab_size=129280,
-               max_position_embeddings=163840, params=671e9, native_dtype="fp8", mtp_layers=1, mtp_params=14e9,
-               shape=AttentionShape(num_layers=61, kv_lora_rank=512, qk_rope_head_dim=64)),
-]}
+MODELS: dict[str, ModelEntry] = {
+    m.name: m
+    for m in [
+        _m("llama-3-8b", "llama3", 32, 4096, 32, 8, 128, 14336, 128256, 8192, 8.03),
+        _m("llama-3-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 8192, 70.55),
+        _m("llama-3.1-8b", "llama3", 32, 4096, 32, 8, 128, 14336, 128256, 131072, 8.03),
+        _m("llama-3.1-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 70.55),
+        _m("llama-3.1-405b", "llama3", 126, 16384, 128, 8, 128, 53248, 128256, 131072, 405.85),
+        _m("llama-3.2-1b", "llama3", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 1.24),
+        _m("llama-3.2-3b", "llama3", 28, 3072, 24, 8, 128, 8192, 128256, 131072, 3.21),
+        _m("llama-3.3-70b", "llama3", 80, 8192, 64, 8, 128, 28672, 128256, 131072, 70.55),
+        _m("qwen2.5-0.5b", "qwen2.5", 24, 896, 14, 2, 64, 4864, 151936, 32768, 0.49),
+        _m("qwen2.5-1.5b", "qwen2.5", 28, 1536, 12, 2, 128, 8960, 151936, 32768, 1.54),
+        _m("qwen2.5-3b", "qwen2.5", 36, 2048, 16, 2, 128, 11008, 151936, 32768, 3.09),
+        _m("qwen2.5-7b", "qwen2.5", 28, 3584, 28, 4, 128, 18944, 152064, 32768, 7.62),
+        _m("qwen2.5-14b", "qwen2.5", 48, 5120, 40, 8, 128, 13824, 152064, 32768, 14.77),
+        _m("qwen2.5-32b", "qwen2.5", 64, 5120, 40, 8, 128, 27648, 152064, 32768, 32.76),
+        _m("qwen2.5-72b", "qwen2.5", 80, 8192, 64, 8, 128, 29568, 152064, 32768, 72.71),
+        _m("qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 0.6),
+        _m("qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, 1.7),
+        _m("qwen3-4b", "qwen3", 36, 2560, 32, 8, 128, 9728, 151936, 40960, 4.02),
+        _m("qwen3-8b", "qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 40960, 8.19),
+        _m("qwen3-14b", "qwen3", 40, 5120, 40, 8, 128, 17408, 151936, 40960, 14.77),
+        _m("qwen3-32b", "qwen3", 64, 5120, 64, 8, 128, 25600, 151936, 40960, 32.76),
+        _m("mistral-7b", "mistral", 32, 4096, 32, 8, 128, 14336, 32768, 32768, 7.25),
+        _m("mistral-large-2407", "mistral", 88, 12288, 96, 8, 128, 28672, 32768, 131072, 122.6),
+        _m("mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 128, None, 32000, 32768, 46.7),
+        _m("mixtral-8x22b", "mixtral", 56, 6144, 48, 8, 128, None, 32768, 65536, 140.6),
+        _m(
+            "gpt-oss-20b",
+            "gpt-oss",
+            24,
+            2880,
+            64,
+            8,
+            64,
+            None,
+            201088,
+            131072,
+            20.9,
+            native_dtype="mxfp4",
+            sliding_window_layers=12,
+        ),
+        _m(
+            "gpt-oss-120b",
+            "gpt-oss",
+            36,
+            2880,
+            64,
+            8,
+            64,
+            None,
+            201088,
+            131072,
+            116.8,
+            native_dtype="mxfp4",
+            sliding_window_layers=18,
+        ),
+        ModelEntry(
+            name="deepseek-v3",
+            family="deepseek-v3",
+            hidden_size=7168,
+            num_attention_heads=128,
+            vocab_size=129280,
+            max_position_embeddings=163840,
+            params=671e9,
+            native_dtype="fp8",
+            mtp_layers=1,
+            mtp_params=14e9,
+            shape=AttentionShape(num_layers=61, kv_lora_rank=512, qk_rope_head_dim=64),
+        ),
+    ]
+}
 
-GPUS: dict[str, GpuEntry] = {g.name: g for g in [
-    GpuEntry(name="h100-80gb", memory_bytes=81559 * MIB),
-    GpuEntry(name="h200-141gb", memory_bytes=143771 * MIB),
-    GpuEntry(name="a100-40gb", memory_bytes=40960 * MIB),
-    GpuEntry(name="a100-80gb", memory_bytes=81920 * MIB),
-    GpuEntry(name="l40s", memory_bytes=46068 * MIB),
-    GpuEntry(name="b200", memory_bytes=183359 * MIB),
-]}
+GPUS: dict[str, GpuEntry] = {
+    g.name: g
+    for g in [
+        GpuEntry(name="h100-80gb", memory_bytes=81559 * MIB),
+        GpuEntry(name="h200-141gb", memory_bytes=143771 * MIB),
+        GpuEntry(name="a100-40gb", memory_bytes=40960 * MIB),
+        GpuEntry(name="a100-80gb", memory_bytes=81920 * MIB),
+        GpuEntry(name="l40s", memory_bytes=46068 * MIB),
+        GpuEntry(name="b200", memory_bytes=183359 * MIB),
+    ]
+}
 
 
 class CatalogError(UsageError):
@@ -129,12 +191,19 @@ def model_from_dir(path: Path) -> ModelEntry:
     weights = _weight_bytes(config_path.parent)
     inter = text.get("intermediate_size")
     entry = ModelEntry(
-        name=str(path), family=str(text.get("model_type", "unknown")), shape=shape, hidden_size=hidden,
+        name=str(path),
+        family=str(text.get("model_type", "unknown")),
+        shape=shape,
+        hidden_size=hidden,
         num_attention_heads=int(text["num_attention_heads"]) if text.get("num_attention_heads") else None,
-        intermediate_size=int(inter) if inter else None, vocab_size=int(text.get("vocab_size") or 0),
-        max_position_embeddings=int(text.get("max_position_embeddings") or 0), params=0.0,
-        native_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), weight_bytes=weights,
-        mtp_layers=int(text.get("num_nextn_predict_layers") or 0), source=f"local directory {path}",
+        intermediate_size=int(inter) if inter else None,
+        vocab_size=int(text.get("vocab_size") or 0),
+        max_position_embeddings=int(text.get("max_position_embeddings") or 0),
+        params=0.0,
+        native_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"),
+        weight_bytes=weights,
+        mtp_layers=int(text.get("num_nextn_predict_layers") or 0),
+        source=f"local directory {path}",
     )
     per_layer = entry.decoder_layer_params
     entry.params = shape.num_layers * per_layer + 2 * hidden * entry.vocab_size
@@ -148,8 +217,7 @@ def resolve_model(name_or_dir: str) -> ModelEntry:
     key = name_or_dir.lower().split("/")[-1].removesuffix("-instruct")
     if key in MODELS:
         return MODELS[key]
-    raise CatalogError(f"unknown model '{name_or_dir}': give a local Hugging Face directory or one of "
-                       + ", ".join(MODELS))
+    raise CatalogError(f"unknown model '{name_or_dir}': give a local Hugging Face directory or one of " + ", ".join(MODELS))
 
 
 def resolve_gpu(name: str | None, memory_gib: float | None) -> GpuEntry | None:
@@ -166,9 +234,12 @@ def check_tensor_parallel(model: ModelEntry, tp: int, option: str) -> None:
     """vLLM splits the query heads evenly across TP ranks, and the KV heads too (or replicates them when fewer)."""
     heads = model.num_attention_heads
     if heads and heads % tp:
-        raise CatalogError(f"{option} {tp}: {model.name} has {heads} attention heads, which vLLM needs divisible by "
-                           "the tensor-parallel size")
+        raise CatalogError(
+            f"{option} {tp}: {model.name} has {heads} attention heads, which vLLM needs divisible by the tensor-parallel size"
+        )
     kv = model.shape.num_kv_heads
     if kv and not model.shape.is_mla and (kv % tp if kv >= tp else tp % kv):
-        raise CatalogError(f"{option} {tp}: {model.name} has {kv} KV heads; vLLM needs them divisible by the "
-                           "tensor-parallel size, or the size divisible by them")
+        raise CatalogError(
+            f"{option} {tp}: {model.name} has {kv} KV heads; vLLM needs them divisible by the "
+            "tensor-parallel size, or the size divisible by them"
+        )

@@ -16,8 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4,
-               "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {
+    "auto": 2,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+    "float": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 DEFAULT_BLOCK_SIZE = 16
 
 
@@ -51,8 +60,9 @@ def page_size_bytes(shape: AttentionShape, block_size: int = DEFAULT_BLOCK_SIZE,
     return block_size * layer_bytes_per_token(shape, dtype_bytes, tp)
 
 
-def num_blocks(available_bytes: int, layers: list[tuple[AttentionShape, int]], block_size: int = DEFAULT_BLOCK_SIZE,
-               tp: int = 1) -> int:
+def num_blocks(
+    available_bytes: int, layers: list[tuple[AttentionShape, int]], block_size: int = DEFAULT_BLOCK_SIZE, tp: int = 1
+) -> int:
     """Blocks in the shared pool: ``layers`` lists (shape, dtype bytes) of the target and, if any, draft.
 
     Every block holds one page in every layer, so a block costs the sum of the layers' pages.
@@ -67,8 +77,9 @@ def shape_from_hf_config(config: dict[str, Any]) -> AttentionShape:
     cfg: dict[str, Any] = text if isinstance(text, dict) else config
     layers = int(cfg["num_hidden_layers"])
     if cfg.get("kv_lora_rank"):
-        return AttentionShape(num_layers=layers, kv_lora_rank=int(cfg["kv_lora_rank"]),
-                              qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0))
+        return AttentionShape(
+            num_layers=layers, kv_lora_rank=int(cfg["kv_lora_rank"]), qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0)
+        )
     heads = int(cfg["num_attention_heads"])
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)

@@ -19,8 +19,20 @@ from specguard.sizing.catalog import GIB
 from specguard.sizing.kv import DTYPE_BYTES, AttentionShape, kv_bytes_per_token
 
 # Bits per weight, scales included (group-128 int4 carries an fp16 scale and zero: 4 + 32/128).
-WEIGHT_BITS = {"bfloat16": 16, "float16": 16, "half": 16, "float32": 32, "fp8": 8, "int8": 8, "w8a8": 8,
-               "awq": 4.25, "gptq": 4.25, "int4": 4.25, "mxfp4": 4.25, "nvfp4": 4.5}
+WEIGHT_BITS = {
+    "bfloat16": 16,
+    "float16": 16,
+    "half": 16,
+    "float32": 32,
+    "fp8": 8,
+    "int8": 8,
+    "w8a8": 8,
+    "awq": 4.25,
+    "gptq": 4.25,
+    "int4": 4.25,
+    "mxfp4": 4.25,
+    "nvfp4": 4.5,
+}
 DEFAULT_NON_KV_RESERVE_GIB = 2.0
 
 
@@ -116,10 +128,18 @@ def _side(inp: MemoryInputs, draft: DraftLayers | None) -> Side:
     if inp.prompt_len is not None and inp.output_len is not None:
         per_seq = inp.prompt_len + inp.output_len + lookahead
         concurrency = blocks // math.ceil(per_seq / inp.block_size)
-    return Side(weights_bytes_per_gpu=weights, kv_budget_bytes_per_gpu=budget, kv_bytes_per_token_per_gpu=per_token,
-                kv_blocks=blocks, kv_tokens=tokens, kv_gib=blocks * inp.block_size * per_token / GIB,
-                lookahead_slots=lookahead, tokens_per_sequence=per_seq, max_concurrency=concurrency,
-                max_concurrency_at_max_model_len=round(tokens / inp.max_model_len, 2))
+    return Side(
+        weights_bytes_per_gpu=weights,
+        kv_budget_bytes_per_gpu=budget,
+        kv_bytes_per_token_per_gpu=per_token,
+        kv_blocks=blocks,
+        kv_tokens=tokens,
+        kv_gib=blocks * inp.block_size * per_token / GIB,
+        lookahead_slots=lookahead,
+        tokens_per_sequence=per_seq,
+        max_concurrency=concurrency,
+        max_concurrency_at_max_model_len=round(tokens / inp.max_model_len, 2),
+    )
 
 
 def plan_memory(inp: MemoryInputs, draft: DraftLayers | None) -> MemoryPlan:
@@ -130,8 +150,10 @@ def plan_memory(inp: MemoryInputs, draft: DraftLayers | None) -> MemoryPlan:
         if side.kv_budget_bytes_per_gpu <= 0:
             warnings.append(f"{name}: weights and reserve exceed the memory budget: nothing is left for the KV cache")
         elif side.kv_tokens < inp.max_model_len:
-            warnings.append(f"{name}: the KV cache ({side.kv_tokens} tokens) cannot hold one max_model_len "
-                            f"({inp.max_model_len}) sequence; vLLM refuses to start")
+            warnings.append(
+                f"{name}: the KV cache ({side.kv_tokens} tokens) cannot hold one max_model_len "
+                f"({inp.max_model_len}) sequence; vLLM refuses to start"
+            )
     lost = 100.0 * (1 - spec.kv_tokens / base.kv_tokens) if base.kv_tokens else 0.0
     conc_lost = None
     if base.max_concurrency and spec.max_concurrency is not None:
@@ -139,11 +161,20 @@ def plan_memory(inp: MemoryInputs, draft: DraftLayers | None) -> MemoryPlan:
     want = inp.expected_concurrency
     if want is not None and spec.max_concurrency is not None and base.max_concurrency is not None:
         if spec.max_concurrency < want <= base.max_concurrency:
-            warnings.append(f"speculation pushes the expected concurrency ({want}) past the KV capacity: "
-                            f"{spec.max_concurrency} sequences fit with it, {base.max_concurrency} without; expect "
-                            "queueing and preemption")
+            warnings.append(
+                f"speculation pushes the expected concurrency ({want}) past the KV capacity: "
+                f"{spec.max_concurrency} sequences fit with it, {base.max_concurrency} without; expect "
+                "queueing and preemption"
+            )
         elif want > base.max_concurrency:
-            warnings.append(f"the expected concurrency ({want}) is past the KV capacity even without speculation "
-                            f"({base.max_concurrency} sequences)")
-    return MemoryPlan(baseline=base, speculative=spec, headroom_lost_percent=round(lost, 2),
-                      concurrency_lost_percent=None if conc_lost is None else round(conc_lost, 2), warnings=warnings)
+            warnings.append(
+                f"the expected concurrency ({want}) is past the KV capacity even without speculation "
+                f"({base.max_concurrency} sequences)"
+            )
+    return MemoryPlan(
+        baseline=base,
+        speculative=spec,
+        headroom_lost_percent=round(lost, 2),
+        concurrency_lost_percent=None if conc_lost is None else round(conc_lost, 2),
+        warnings=warnings,
+    )

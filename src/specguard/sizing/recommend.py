@@ -57,8 +57,9 @@ def gate1_evidence(report: Any, source: str) -> Gate1Evidence:
     rates = [s.get("ngram", {}).get("acceptance_rate") for s in segments.values()]
     rates = [float(r) for r in rates if isinstance(r, (int, float)) and math.isfinite(r)]
     poor = bool(verdicts) and all(v in ("poor candidate", "leave speculation off") for v in verdicts)
-    lengths = {k: float(report[k]) for k in ("mean_prompt_tokens", "mean_output_tokens")
-               if isinstance(report.get(k), (int, float))}
+    lengths = {
+        k: float(report[k]) for k in ("mean_prompt_tokens", "mean_output_tokens") if isinstance(report.get(k), (int, float))
+    }
     if not all(math.isfinite(v) and v > 0 for v in lengths.values()):
         raise ValueError(f"mean token lengths must be finite and > 0 (got {lengths})")
     return Gate1Evidence(poor_candidate=poor, ngram_acceptance=max(rates) if rates else None, source=source, **lengths)
@@ -76,11 +77,15 @@ def same_family_drafts(target: ModelEntry) -> list[str]:
 def check_draft(target: ModelEntry, draft: ModelEntry) -> list[str]:
     cautions = []
     if draft.family != target.family:
-        cautions.append(f"draft family '{draft.family}' differs from the target's '{target.family}': acceptance is "
-                        "usually low across families")
+        cautions.append(
+            f"draft family '{draft.family}' differs from the target's '{target.family}': acceptance is "
+            "usually low across families"
+        )
     if draft.vocab_size and target.vocab_size and draft.vocab_size != target.vocab_size:
-        cautions.append(f"vocabularies differ ({draft.vocab_size} vs {target.vocab_size}): vLLM refuses it unless "
-                        "use_heterogeneous_vocab (0.25+, greedy drafts only)")
+        cautions.append(
+            f"vocabularies differ ({draft.vocab_size} vs {target.vocab_size}): vLLM refuses it unless "
+            "use_heterogeneous_vocab (0.25+, greedy drafts only)"
+        )
     if target.params and draft.params:
         ratio = draft.params / target.params
         if ratio > DRAFT_RATIO_WARN:
@@ -90,29 +95,45 @@ def check_draft(target: ModelEntry, draft: ModelEntry) -> list[str]:
     return cautions
 
 
-def recommend(target: ModelEntry, draft: ModelEntry | None, method: str | None,
-              evidence: Gate1Evidence | None) -> Recommendation:
+def recommend(target: ModelEntry, draft: ModelEntry | None, method: str | None, evidence: Gate1Evidence | None) -> Recommendation:
     if evidence and evidence.poor_candidate:
-        return Recommendation(method=None, reasons=[f"Gate 1 ({evidence.source}) rates every segment a poor candidate: "
-                                                    "leave speculation off"])
+        return Recommendation(
+            method=None, reasons=[f"Gate 1 ({evidence.source}) rates every segment a poor candidate: leave speculation off"]
+        )
     if method:
-        rec = Recommendation(method=method, num_speculative_tokens=DEFAULT_K.get(method),
-                             reasons=[f"method '{method}' was asked for"])
+        rec = Recommendation(
+            method=method, num_speculative_tokens=DEFAULT_K.get(method), reasons=[f"method '{method}' was asked for"]
+        )
     elif draft is not None:
-        rec = Recommendation(method="draft_model", num_speculative_tokens=DEFAULT_K["draft_model"],
-                             reasons=[f"a draft model was given ({draft.name})"])
+        rec = Recommendation(
+            method="draft_model",
+            num_speculative_tokens=DEFAULT_K["draft_model"],
+            reasons=[f"a draft model was given ({draft.name})"],
+        )
     elif target.mtp_layers:
-        rec = Recommendation(method="mtp", num_speculative_tokens=target.mtp_layers,
-                             reasons=[f"{target.name} ships {target.mtp_layers} MTP layer(s): trained with the target, "
-                                      "no separate draft to load"])
+        rec = Recommendation(
+            method="mtp",
+            num_speculative_tokens=target.mtp_layers,
+            reasons=[f"{target.name} ships {target.mtp_layers} MTP layer(s): trained with the target, no separate draft to load"],
+        )
     elif evidence and evidence.ngram_acceptance is not None and evidence.ngram_acceptance >= NGRAM_GOOD_ACCEPTANCE:
-        rec = Recommendation(method="ngram", num_speculative_tokens=DEFAULT_K["ngram"],
-                             reasons=[f"Gate 1 predicts n-gram acceptance {evidence.ngram_acceptance:.0%}: the output "
-                                      "repeats the prompt, and n-gram needs no weights and no KV cache"])
+        rec = Recommendation(
+            method="ngram",
+            num_speculative_tokens=DEFAULT_K["ngram"],
+            reasons=[
+                f"Gate 1 predicts n-gram acceptance {evidence.ngram_acceptance:.0%}: the output "
+                "repeats the prompt, and n-gram needs no weights and no KV cache"
+            ],
+        )
     else:
-        rec = Recommendation(method="ngram", num_speculative_tokens=DEFAULT_K["ngram"],
-                             reasons=["n-gram needs no weights and no KV cache: the cheapest first experiment",
-                                      "no workload evidence: run Gate 1 (specguard assess) on real request logs first"])
+        rec = Recommendation(
+            method="ngram",
+            num_speculative_tokens=DEFAULT_K["ngram"],
+            reasons=[
+                "n-gram needs no weights and no KV cache: the cheapest first experiment",
+                "no workload evidence: run Gate 1 (specguard assess) on real request logs first",
+            ],
+        )
     if draft is not None and rec.method == "draft_model":
         rec.cautions += check_draft(target, draft)
     if rec.method in ("ngram", "draft_model"):

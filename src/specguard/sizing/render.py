@@ -12,16 +12,22 @@ from specguard.sizing.run import PlanReport
 
 def print_plan(p: PlanReport, console: Console) -> None:
     t = p.target
-    console.print(f"[bold]target[/bold] {escape(t.name)}: {t.params / 1e9:.2f}B params, {t.weight_dtype} weights "
-                  f"{t.weight_bytes / GIB:.2f} GiB, {t.num_layers} layers, {t.attention}, "
-                  f"KV {t.kv_bytes_per_token / 1024:.1f} KiB/token (whole model)")
+    console.print(
+        f"[bold]target[/bold] {escape(t.name)}: {t.params / 1e9:.2f}B params, {t.weight_dtype} weights "
+        f"{t.weight_bytes / GIB:.2f} GiB, {t.num_layers} layers, {t.attention}, "
+        f"KV {t.kv_bytes_per_token / 1024:.1f} KiB/token (whole model)"
+    )
     if p.draft:
         d = p.draft
-        console.print(f"[bold]draft[/bold] {escape(d.name)}: {d.params / 1e9:.2f}B params, {d.weight_bytes / GIB:.2f} GiB, "
-                      f"{d.num_layers} layers, KV {d.kv_bytes_per_token / 1024:.1f} KiB/token")
+        console.print(
+            f"[bold]draft[/bold] {escape(d.name)}: {d.params / 1e9:.2f}B params, {d.weight_bytes / GIB:.2f} GiB, "
+            f"{d.num_layers} layers, KV {d.kv_bytes_per_token / 1024:.1f} KiB/token"
+        )
     gpu = f"{p.gpu.name} ({p.gpu.memory_bytes / GIB:.1f} GiB)" if p.gpu else "fixed KV budget"
-    console.print(f"GPU {gpu} x TP {p.tensor_parallel_size}, vLLM {p.vllm_version}, method "
-                  f"{p.method or 'none'}" + (f", k={p.num_speculative_tokens}" if p.num_speculative_tokens else ""))
+    console.print(
+        f"GPU {gpu} x TP {p.tensor_parallel_size}, vLLM {p.vllm_version}, method "
+        f"{p.method or 'none'}" + (f", k={p.num_speculative_tokens}" if p.num_speculative_tokens else "")
+    )
     table = Table("per GPU", "baseline", "speculative")
     b, s = p.baseline, p.speculative
     rows = [
@@ -32,18 +38,25 @@ def print_plan(p: PlanReport, console: Console) -> None:
         ("KV tokens", str(b.kv_tokens), str(s.kv_tokens)),
         ("lookahead slots/seq", str(b.lookahead_slots), str(s.lookahead_slots)),
         ("max concurrency (workload)", str(b.max_concurrency), str(s.max_concurrency)),
-        ("concurrency at max_model_len", f"{b.max_concurrency_at_max_model_len:.2f}x",
-         f"{s.max_concurrency_at_max_model_len:.2f}x"),
+        (
+            "concurrency at max_model_len",
+            f"{b.max_concurrency_at_max_model_len:.2f}x",
+            f"{s.max_concurrency_at_max_model_len:.2f}x",
+        ),
     ]
     for row in rows:
         table.add_row(*row)
     console.print(table)
-    console.print(f"KV headroom lost to speculation: {p.headroom_lost_percent:.2f}%"
-                  + (f"; concurrency lost: {p.concurrency_lost_percent:.2f}%" if p.concurrency_lost_percent is not None else ""))
+    console.print(
+        f"KV headroom lost to speculation: {p.headroom_lost_percent:.2f}%"
+        + (f"; concurrency lost: {p.concurrency_lost_percent:.2f}%" if p.concurrency_lost_percent is not None else "")
+    )
     if p.server_comparison:
         c = p.server_comparison
-        console.print(f"server ({c.side}): {c.server_blocks} blocks reported, {c.predicted_blocks} predicted "
-                      f"(error {c.error_percent:+.3f}%; budget {escape(c.kv_budget)})")
+        console.print(
+            f"server ({c.side}): {c.server_blocks} blocks reported, {c.predicted_blocks} predicted "
+            f"(error {c.error_percent:+.3f}%; budget {escape(c.kv_budget)})"
+        )
     for w in p.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}")
     for n in p.notes:
@@ -55,7 +68,6 @@ def print_plan(p: PlanReport, console: Console) -> None:
     if p.config_json:
         console.print(escape(f"  --speculative-config '{p.config_json}'"), highlight=False)
         if p.spec_args:
-            console.print(escape("  " + " ".join(a if not a.startswith("{") else f"'{a}'" for a in p.spec_args)),
-                          highlight=False)
+            console.print(escape("  " + " ".join(a if not a.startswith("{") else f"'{a}'" for a in p.spec_args)), highlight=False)
     for f in p.config_findings:
         console.print(f"  [yellow]{f.severity}[/yellow] {escape(f.key)}: {escape(f.message)}")

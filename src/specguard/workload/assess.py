@@ -50,13 +50,13 @@ LIMITS = [
 DEFINITIONS = {
     "acceptance_rate": "accepted draft tokens / draft tokens (vLLM's spec_decode counters)",
     "acceptance_rate_upper": "the same if draft tokens past a request's logged end had all matched (vLLM verifies "
-                             "them against tokens it then cuts off; the log cannot say)",
+    "them against tokens it then cuts off; the log cannot say)",
     "mean_acceptance_length": "1 + accepted / drafts: tokens per drafted step, bonus token included",
     "per_position": "share of drafts whose first i+1 tokens were accepted",
     "draft_fraction": "decode steps that carried a draft / decode steps",
     "step_reduction": "1 - decode steps with speculation / decode steps without (the prefill step excluded)",
     "modelled_speedup": f"baseline steps / (steps + {VERIFY_COST_PER_TOKEN} x draft tokens): ranks configs, "
-                        "not a latency promise",
+    "not a latency promise",
 }
 
 
@@ -67,8 +67,9 @@ class ProposerResult(BaseModel):
     drafts: int
     draft_tokens: int
     accepted: int
-    past_end: int = Field(description="draft tokens past the logged end of a request (true accepted is between "
-                          "accepted and accepted + past_end)")
+    past_end: int = Field(
+        description="draft tokens past the logged end of a request (true accepted is between accepted and accepted + past_end)"
+    )
     steps: int
     baseline_steps: int
     acceptance_rate: float | None
@@ -81,10 +82,19 @@ class ProposerResult(BaseModel):
 
 
 def _result(method: str, config: dict[str, Any], s: ReplayStats) -> ProposerResult:
-    return ProposerResult(method=method, config=config, requests=s.requests, drafts=s.drafts,
-                          draft_tokens=s.draft_tokens, accepted=s.accepted, past_end=s.past_end, steps=s.steps,
-                          baseline_steps=s.baseline_steps, **s.rates(),
-                          modelled_speedup=modelled_speedup(s.baseline_steps, s.steps, s.draft_tokens))
+    return ProposerResult(
+        method=method,
+        config=config,
+        requests=s.requests,
+        drafts=s.drafts,
+        draft_tokens=s.draft_tokens,
+        accepted=s.accepted,
+        past_end=s.past_end,
+        steps=s.steps,
+        baseline_steps=s.baseline_steps,
+        **s.rates(),
+        modelled_speedup=modelled_speedup(s.baseline_steps, s.steps, s.draft_tokens),
+    )
 
 
 def ngram_config(min_n: int, max_n: int, k: int) -> dict[str, Any]:
@@ -92,8 +102,12 @@ def ngram_config(min_n: int, max_n: int, k: int) -> dict[str, Any]:
 
 
 def suffix_config(depth: int, min_prob: float) -> dict[str, Any]:
-    return {"method": "suffix", "num_speculative_tokens": depth, "suffix_decoding_max_tree_depth": depth,
-            "suffix_decoding_min_token_prob": min_prob}
+    return {
+        "method": "suffix",
+        "num_speculative_tokens": depth,
+        "suffix_decoding_max_tree_depth": depth,
+        "suffix_decoding_min_token_prob": min_prob,
+    }
 
 
 class SegmentReport(BaseModel):
@@ -137,9 +151,17 @@ class _Segment:
         self.ngram: dict[tuple[int, int, int], ReplayStats] = {}
         self.sweep = sweep
 
-    def add(self, entry: RequestLogEntry, prompt: list[int], output: list[int] | None, t0: float | None,
-            caches: dict[tuple[int, float], SuffixCache], req_id: str, max_model_len: int,
-            replay: bool = True) -> dict[str, ReplayStats]:
+    def add(
+        self,
+        entry: RequestLogEntry,
+        prompt: list[int],
+        output: list[int] | None,
+        t0: float | None,
+        caches: dict[tuple[int, float], SuffixCache],
+        req_id: str,
+        max_model_len: int,
+        replay: bool = True,
+    ) -> dict[str, ReplayStats]:
         """Add one request; returns its replays under the default n-gram and suffix configs."""
         self.requests += 1
         temp = entry.sampling.temperature
@@ -156,8 +178,9 @@ class _Segment:
         lookups = NGRAM_LOOKUPS if self.sweep else [DEFAULT_NGRAM[:2]]
         ks = NGRAM_KS if self.sweep else [DEFAULT_NGRAM[2]]
         for lo, hi in lookups:
-            for k, stats in replay_ngram_sweep(prompt, output, lo, hi, sorted(set(ks) | {DEFAULT_NGRAM[2]}),
-                                               max_model_len).items():
+            for k, stats in replay_ngram_sweep(
+                prompt, output, lo, hi, sorted(set(ks) | {DEFAULT_NGRAM[2]}), max_model_len
+            ).items():
                 key = (lo, hi, k)
                 self.ngram[key] = self.ngram.get(key, ReplayStats()).add(stats)
                 if key == DEFAULT_NGRAM:
@@ -179,17 +202,29 @@ class _Segment:
         ranked = [r for r in sweep if r.modelled_speedup is not None and r.drafts]
         best = max(ranked, key=lambda r: r.modelled_speedup or 0.0) if ranked else None
         decision: Candidacy = decide_candidacy(
-            best.step_reduction if best else None, high_temperature_share(profile.temperature_mix), load,
-            best.method if best else None, best.config if best else None)
+            best.step_reduction if best else None,
+            high_temperature_share(profile.temperature_mix),
+            load,
+            best.method if best else None,
+            best.config if best else None,
+        )
         default_suffix = self.suffix.get(SUFFIX_GRID[0])
         return SegmentReport(
-            requests=self.requests, replayed=self.replayed, greedy_requests=self.greedy, profile=profile,
+            requests=self.requests,
+            replayed=self.replayed,
+            greedy_requests=self.greedy,
+            profile=profile,
             ngram=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.ngram.get(DEFAULT_NGRAM, ReplayStats()))
-            if self.replayed else None,
+            if self.replayed
+            else None,
             ngram_greedy=_result("ngram", ngram_config(*DEFAULT_NGRAM), self.default_greedy) if self.greedy else None,
             suffix=_result("suffix", suffix_config(*SUFFIX_GRID[0]), default_suffix) if default_suffix else None,
-            sweep=sweep if self.sweep else [], verdict=decision.verdict, reasons=decision.reasons,
-            method=decision.method, config=decision.config)
+            sweep=sweep if self.sweep else [],
+            verdict=decision.verdict,
+            reasons=decision.reasons,
+            method=decision.method,
+            config=decision.config,
+        )
 
 
 def segment_of(entry: RequestLogEntry, rules: list[tuple[str, re.Pattern[str]]]) -> str:
@@ -202,17 +237,33 @@ def segment_of(entry: RequestLogEntry, rules: list[tuple[str, re.Pattern[str]]])
     return "default"
 
 
-def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat = "auto", skip_bad: bool = False,
-           rules: list[tuple[str, re.Pattern[str]]] | None = None, sweep: bool = True, suffix: bool = True,
-           max_model_len: int = NO_LIMIT, load: LoadFacts | None = None,
-           progress: Callable[[int], None] = lambda _n: None,
-           collect: list[dict[str, Any]] | None = None, collect_max: int = 200,
-           requests_out: Path | None = None) -> AssessReport:
+def assess(
+    log: Path,
+    tokenizer: Tokenize,
+    tokenizer_name: str,
+    fmt: LogFormat = "auto",
+    skip_bad: bool = False,
+    rules: list[tuple[str, re.Pattern[str]]] | None = None,
+    sweep: bool = True,
+    suffix: bool = True,
+    max_model_len: int = NO_LIMIT,
+    load: LoadFacts | None = None,
+    progress: Callable[[int], None] = lambda _n: None,
+    collect: list[dict[str, Any]] | None = None,
+    collect_max: int = 200,
+    requests_out: Path | None = None,
+) -> AssessReport:
     """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items;
     ``requests_out`` gets one JSON line per request with its own replay under the default configs."""
     skipped = SkipCounter() if skip_bad else None
-    caches = {key: SuffixCache(SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]))
-              for key in (SUFFIX_GRID if sweep else SUFFIX_GRID[:1])} if suffix else {}
+    caches = (
+        {
+            key: SuffixCache(SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]))
+            for key in (SUFFIX_GRID if sweep else SUFFIX_GRID[:1])
+        }
+        if suffix
+        else {}
+    )
     segments: dict[str, _Segment] = {}
     overall = _Segment(sweep=False)
     t0: float | None = None
@@ -235,11 +286,28 @@ def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat =
                 output_total += len(output)
                 outputs += 1
             if per_request is not None:
-                per_request.write(json.dumps({
-                    "request": n, "id": entry.id, "segment": name, "prompt_tokens": len(prompt),
-                    "output_tokens": len(output) if output is not None else None,
-                    **{m: {"drafts": st.drafts, "draft_tokens": st.draft_tokens, "accepted": st.accepted,
-                           "steps": st.steps, **st.rates()} for m, st in mine.items()}}) + "\n")
+                per_request.write(
+                    json.dumps(
+                        {
+                            "request": n,
+                            "id": entry.id,
+                            "segment": name,
+                            "prompt_tokens": len(prompt),
+                            "output_tokens": len(output) if output is not None else None,
+                            **{
+                                m: {
+                                    "drafts": st.drafts,
+                                    "draft_tokens": st.draft_tokens,
+                                    "accepted": st.accepted,
+                                    "steps": st.steps,
+                                    **st.rates(),
+                                }
+                                for m, st in mine.items()
+                            },
+                        }
+                    )
+                    + "\n"
+                )
             progress(n + 1)
     finally:
         if per_request is not None:
@@ -247,20 +315,29 @@ def assess(log: Path, tokenizer: Tokenize, tokenizer_name: str, fmt: LogFormat =
     for seg in segments.values():  # replays belong to segments; the overall view sums them
         overall.default_greedy = overall.default_greedy.add(seg.default_greedy)
         overall.ngram[DEFAULT_NGRAM] = overall.ngram.get(DEFAULT_NGRAM, ReplayStats()).add(
-            seg.ngram.get(DEFAULT_NGRAM, ReplayStats()))
+            seg.ngram.get(DEFAULT_NGRAM, ReplayStats())
+        )
         for key, stats in seg.suffix.items():
             overall.suffix[key] = overall.suffix.get(key, ReplayStats()).add(stats)
     load = _with_traffic(load or LoadFacts(), overall.profile.build())
     return AssessReport(
-        log=str(log), format=fmt, tokenizer=tokenizer_name, requests=overall.requests, replayed=overall.replayed,
-        skipped={"count": skipped.count, "by_reason": skipped.by_reason, "examples": skipped.examples} if skipped
-        else {"count": 0}, overall=overall.report(load), segments={k: s.report(load) for k, s in sorted(segments.items())},
+        log=str(log),
+        format=fmt,
+        tokenizer=tokenizer_name,
+        requests=overall.requests,
+        replayed=overall.replayed,
+        skipped={"count": skipped.count, "by_reason": skipped.by_reason, "examples": skipped.examples}
+        if skipped
+        else {"count": 0},
+        overall=overall.report(load),
+        segments={k: s.report(load) for k, s in sorted(segments.items())},
         mean_prompt_tokens=prompt_total / overall.requests if overall.requests else None,
-        mean_output_tokens=output_total / outputs if outputs else None)
+        mean_output_tokens=output_total / outputs if outputs else None,
+    )
 
 
 def _with_traffic(load: LoadFacts, profile: TrafficProfile) -> LoadFacts:
     """The server's load is the whole log's: every segment is judged against it."""
-    return load.model_copy(update={
-        "peak_rps": profile.rate.per_minute_peak if profile.rate else None,
-        "peak_concurrency": profile.concurrency.peak})
+    return load.model_copy(
+        update={"peak_rps": profile.rate.per_minute_peak if profile.rate else None, "peak_concurrency": profile.concurrency.peak}
+    )

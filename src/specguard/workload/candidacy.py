@@ -46,34 +46,46 @@ class Candidacy(BaseModel):
     config: dict[str, Any] | None = None
 
 
-def decide_candidacy(step_reduction: float | None, high_temperature_share: float, load: LoadFacts,
-                     best_method: str | None, best_config: dict[str, Any] | None) -> Candidacy:
+def decide_candidacy(
+    step_reduction: float | None,
+    high_temperature_share: float,
+    load: LoadFacts,
+    best_method: str | None,
+    best_config: dict[str, Any] | None,
+) -> Candidacy:
     reasons: list[str] = []
     saturated = False
     if load.capacity_rps and load.peak_rps is not None:
         share = load.peak_rps / load.capacity_rps
         saturated |= share > SATURATION
-        reasons.append(f"peak load {load.peak_rps:.2f} req/s is {share:.0%} of the {load.capacity_rps:.2f} req/s capacity "
-                       f"({'saturated' if share > SATURATION else 'headroom'}; threshold {SATURATION:.0%})")
+        reasons.append(
+            f"peak load {load.peak_rps:.2f} req/s is {share:.0%} of the {load.capacity_rps:.2f} req/s capacity "
+            f"({'saturated' if share > SATURATION else 'headroom'}; threshold {SATURATION:.0%})"
+        )
     if load.capacity_concurrency and load.peak_concurrency is not None:
         share = load.peak_concurrency / load.capacity_concurrency
         saturated |= share > SATURATION
-        reasons.append(f"peak concurrency {load.peak_concurrency:.0f} is {share:.0%} of the {load.capacity_concurrency} "
-                       "sequences the KV cache holds with speculation")
+        reasons.append(
+            f"peak concurrency {load.peak_concurrency:.0f} is {share:.0%} of the {load.capacity_concurrency} "
+            "sequences the KV cache holds with speculation"
+        )
     if not (load.capacity_rps or load.capacity_concurrency):
         reasons.append("load not judged: give --capacity-rps, a bench run (--bench-run) or a plan (--plan-json)")
     kv_pressure = [w for w in load.plan_warnings if "past the KV capacity" in w]
     reasons += [f"plan: {w}" for w in kv_pressure]
     hot = high_temperature_share >= HIGH_TEMPERATURE_SHARE
-    reasons.append(f"{high_temperature_share:.0%} of requests sample above temperature 0.7 or leave it unset"
-                   + (" (high temperature: the replay is an upper bound)" if hot else ""))
+    reasons.append(
+        f"{high_temperature_share:.0%} of requests sample above temperature 0.7 or leave it unset"
+        + (" (high temperature: the replay is an upper bound)" if hot else "")
+    )
     if step_reduction is None:
         reasons.append("no responses to replay: acceptance cannot be predicted")
         return Candidacy(verdict="poor candidate", reasons=reasons)
-    strength = ("strong" if step_reduction >= STRONG_REDUCTION else "weak" if step_reduction >= WEAK_REDUCTION
-                else "negligible")
-    reasons.append(f"best predicted reduction in target-model steps: {step_reduction:.0%} with {best_method} "
-                   f"({strength}; {WEAK_REDUCTION:.0%} and {STRONG_REDUCTION:.0%} are the lines)")
+    strength = "strong" if step_reduction >= STRONG_REDUCTION else "weak" if step_reduction >= WEAK_REDUCTION else "negligible"
+    reasons.append(
+        f"best predicted reduction in target-model steps: {step_reduction:.0%} with {best_method} "
+        f"({strength}; {WEAK_REDUCTION:.0%} and {STRONG_REDUCTION:.0%} are the lines)"
+    )
     if saturated or kv_pressure or (hot and strength == "negligible"):
         verdict: Verdict = "leave speculation off"
     elif strength == "negligible" or (hot and strength == "weak"):

@@ -65,8 +65,10 @@ def detect_format(first: dict[str, Any]) -> str:
         return "sharegpt"
     if "prompt" in first or "messages" in first:
         return "bench"
-    raise ValueError("cannot tell the log format from the first line: expected specguard's request log, "
-                     "OpenAI request/response pairs, ShareGPT conversations or a bench prompt file (use --format)")
+    raise ValueError(
+        "cannot tell the log format from the first line: expected specguard's request log, "
+        "OpenAI request/response pairs, ShareGPT conversations or a bench prompt file (use --format)"
+    )
 
 
 def _timestamp(value: Any) -> dt.datetime | None:
@@ -86,16 +88,33 @@ def _from_openai(obj: dict[str, Any]) -> list[dict[str, Any]]:
     chat = "messages" in req
     text = choice.get("message", {}).get("content") if chat else choice.get("text")
     token_ids = choice.get("token_ids")
-    sampling = {k: req[k] for k in ("temperature", "top_p", "max_tokens", "seed", "n", "presence_penalty",
-                                    "frequency_penalty", "repetition_penalty", "min_p") if k in req}
+    sampling = {
+        k: req[k]
+        for k in (
+            "temperature",
+            "top_p",
+            "max_tokens",
+            "seed",
+            "n",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+            "min_p",
+        )
+        if k in req
+    }
     if "max_completion_tokens" in req and "max_tokens" not in sampling:
         sampling["max_tokens"] = req["max_completion_tokens"]
     entry: dict[str, Any] = {
-        "endpoint": "chat" if chat else "completions", "model": req.get("model"), "sampling": sampling,
-        "timestamp": _timestamp(obj.get("timestamp", resp.get("created"))), "id": resp.get("id"),
+        "endpoint": "chat" if chat else "completions",
+        "model": req.get("model"),
+        "sampling": sampling,
+        "timestamp": _timestamp(obj.get("timestamp", resp.get("created"))),
+        "id": resp.get("id"),
         "segment": obj.get("segment") or (req.get("metadata") or {}).get("segment"),
         "response": {"text": text, "token_ids": token_ids, "finish_reason": choice.get("finish_reason")}
-        if (text is not None or token_ids is not None) else None,
+        if (text is not None or token_ids is not None)
+        else None,
         "timings": obj.get("timings"),
     }
     if chat:
@@ -117,8 +136,16 @@ def _content(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-                   "chatgpt": "assistant", "bard": "assistant", "bing": "assistant"}
+_SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+}
 
 
 def _from_sharegpt(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -131,8 +158,15 @@ def _from_sharegpt(obj: dict[str, Any]) -> list[dict[str, Any]]:
         if role is None:
             raise ValueError(f"conversations[{i}].from: unknown speaker {turn.get('from')!r}")
         if role == "assistant" and history:
-            out.append({"endpoint": "chat", "messages": list(history), "segment": obj.get("segment"),
-                        "response": {"text": turn.get("value", "")}, "id": f"{obj.get('id', '')}#{i}"})
+            out.append(
+                {
+                    "endpoint": "chat",
+                    "messages": list(history),
+                    "segment": obj.get("segment"),
+                    "response": {"text": turn.get("value", "")},
+                    "id": f"{obj.get('id', '')}#{i}",
+                }
+            )
         history.append({"role": role, "content": str(turn.get("value", ""))})
     return out
 
@@ -141,11 +175,20 @@ def _from_bench(obj: dict[str, Any]) -> list[dict[str, Any]]:
     from specguard.loadgen.prompts import PromptItem
 
     item = PromptItem.model_validate(obj)
-    sampling = {k: v for k, v in (("temperature", item.temperature), ("top_p", item.top_p),
-                                  ("max_tokens", item.max_tokens)) if v is not None}
+    sampling = {
+        k: v
+        for k, v in (("temperature", item.temperature), ("top_p", item.top_p), ("max_tokens", item.max_tokens))
+        if v is not None
+    }
     if item.messages is not None:
-        return [{"endpoint": "chat", "messages": [m.model_dump() for m in item.messages], "sampling": sampling,
-                 "segment": item.segment}]
+        return [
+            {
+                "endpoint": "chat",
+                "messages": [m.model_dump() for m in item.messages],
+                "sampling": sampling,
+                "segment": item.segment,
+            }
+        ]
     return [{"endpoint": "completions", "prompt": item.prompt, "sampling": sampling, "segment": item.segment}]
 
 

@@ -22,11 +22,11 @@ MAX_PROMPTS = 200
 PLAN_FILES = ("plan.yaml", "prompts.jsonl")
 
 
-def write_check_plan(report: AssessReport, items: list[dict[str, Any]], out_dir: Path, target_model: str,
-                     max_model_len: int | None) -> Path | None:
+def write_check_plan(
+    report: AssessReport, items: list[dict[str, Any]], out_dir: Path, target_model: str, max_model_len: int | None
+) -> Path | None:
     """plan.yaml and prompts.jsonl in ``out_dir``; None when no segment is a candidate."""
-    chosen = report.overall if report.overall.config else next(
-        (s for s in report.segments.values() if s.config), None)
+    chosen = report.overall if report.overall.config else next((s for s in report.segments.values() if s.config), None)
     if chosen is None or chosen.config is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -47,18 +47,23 @@ def write_check_plan(report: AssessReport, items: list[dict[str, Any]], out_dir:
     n = min(len(items), MAX_PROMPTS)
     plan = {
         "name": f"assess-{Path(report.log).stem}",
-        "arms": {"baseline": {"launch": dict(launch)},
-                 "candidate": {"launch": {**launch, "speculative_config": chosen.config}}},
-        "order": "interleaved", "repetitions": 3, "warmup": 2,
-        "traffic": [{"name": "idle", "num_requests": min(20, n)},
-                    {"name": "steady", "rate": steady, "num_requests": n, "target": True},
-                    {"name": "burst", "rate": burst, "num_requests": n}],
+        "arms": {"baseline": {"launch": dict(launch)}, "candidate": {"launch": {**launch, "speculative_config": chosen.config}}},
+        "order": "interleaved",
+        "repetitions": 3,
+        "warmup": 2,
+        "traffic": [
+            {"name": "idle", "num_requests": min(20, n)},
+            {"name": "steady", "rate": steady, "num_requests": n, "target": True},
+            {"name": "burst", "rate": burst, "num_requests": n},
+        ],
         "sampling": sampling,
         "prompts": [{"source": "prompts.jsonl"}],
         "objective": {"metric": "itl_ms", "percentile": "p95", "min_improvement": 0.10},
     }
-    header = (f"# Written by specguard assess from {report.log}: baseline vs {chosen.config['method']} "
-              f"({chosen.verdict}). Rates from the log: steady = median minute, burst = 1.5 x peak minute.\n")
+    header = (
+        f"# Written by specguard assess from {report.log}: baseline vs {chosen.config['method']} "
+        f"({chosen.verdict}). Rates from the log: steady = median minute, burst = 1.5 x peak minute.\n"
+    )
     if chosen.config["method"] == "suffix":
         header += "# suffix decoding needs arctic-inference installed in the vLLM environment.\n"
     path = out_dir / "plan.yaml"

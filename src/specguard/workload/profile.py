@@ -72,8 +72,12 @@ class TrafficProfile(BaseModel):
 
 # Temperature buckets: (label, upper bound, a representative temperature for a benchmark, "high" for Gate 1).
 UNSET_BUCKET = ("unset (server default 1.0)", 1.0, True)
-_BUCKETS = [("0 (greedy)", 0.0, 0.0, False), ("(0, 0.3]", 0.3, 0.2, False), ("(0.3, 0.7]", 0.7, 0.7, False),
-            ("above 0.7", math.inf, 1.0, True)]
+_BUCKETS = [
+    ("0 (greedy)", 0.0, 0.0, False),
+    ("(0, 0.3]", 0.3, 0.2, False),
+    ("(0.3, 0.7]", 0.7, 0.7, False),
+    ("above 0.7", math.inf, 1.0, True),
+]
 
 
 def temperature_bucket(t: float | None) -> str:
@@ -120,8 +124,15 @@ class ProfileBuilder:
         self.in_flight: list[float] = []
         self.peak = 0
 
-    def add(self, start_s: float | None, e2e_s: float | None, temperature: float | None, top_p: float | None,
-            prompt_len: int | None, output_len: int | None) -> None:
+    def add(
+        self,
+        start_s: float | None,
+        e2e_s: float | None,
+        temperature: float | None,
+        top_p: float | None,
+        prompt_len: int | None,
+        output_len: int | None,
+    ) -> None:
         self.n += 1
         self.temps[temperature_bucket(temperature)] += 1
         self.top_ps[_top_p_bucket(top_p)] += 1
@@ -150,9 +161,13 @@ class ProfileBuilder:
         lo, hi = min(self.minutes), max(self.minutes)
         per_minute = np.array([self.minutes.get(m, 0) for m in range(lo, hi + 1)], dtype=float) / 60.0
         span = max(self.last_start - (self.first_start or 0.0), 1e-9)
-        return RateProfile(minutes=len(per_minute), per_minute_p50=float(np.percentile(per_minute, 50)),
-                           per_minute_p95=float(np.percentile(per_minute, 95)), per_minute_peak=float(per_minute.max()),
-                           mean_rps=float(sum(self.minutes.values()) / span))
+        return RateProfile(
+            minutes=len(per_minute),
+            per_minute_p50=float(np.percentile(per_minute, 50)),
+            per_minute_p95=float(np.percentile(per_minute, 95)),
+            per_minute_peak=float(per_minute.max()),
+            mean_rps=float(sum(self.minutes.values()) / span),
+        )
 
     def _concurrency(self) -> ConcurrencyProfile:
         if not self.timed:
@@ -161,12 +176,16 @@ class ProfileBuilder:
         # The time integral of the number in flight is the sum of the durations (Little's law, exact).
         mean = self.busy_s / span if span > 0 else float(self.timed)
         if not self.in_order:
-            return ConcurrencyProfile(source=f"e2e_s of {self.timed} requests; log not in arrival order, so no peak",
-                                      mean=mean)
+            return ConcurrencyProfile(source=f"e2e_s of {self.timed} requests; log not in arrival order, so no peak", mean=mean)
         return ConcurrencyProfile(source=f"start + e2e_s of {self.timed} requests", mean=mean, peak=self.peak)
 
     def build(self) -> TrafficProfile:
-        return TrafficProfile(requests=self.n, rate=self._rate(), concurrency=self._concurrency(),
-                              temperature_mix=dict(self.temps), top_p_mix=dict(self.top_ps),
-                              prompt_tokens=counted_distribution(self.prompt_lens),
-                              output_tokens=counted_distribution(self.output_lens))
+        return TrafficProfile(
+            requests=self.n,
+            rate=self._rate(),
+            concurrency=self._concurrency(),
+            temperature_mix=dict(self.temps),
+            top_p_mix=dict(self.top_ps),
+            prompt_tokens=counted_distribution(self.prompt_lens),
+            output_tokens=counted_distribution(self.output_lens),
+        )

@@ -36,16 +36,18 @@ def short_config(cfg: dict | None) -> str:
 
 
 def print_assessment(a: AssessReport, console: Console) -> None:
-    console.print(f"[bold]{escape(a.log)}[/bold]: {a.requests} requests ({a.replayed} with responses), "
-                  f"tokenized by {escape(a.tokenizer)}" + (f", {a.skipped['count']} bad lines skipped"
-                                                          if a.skipped.get("count") else ""))
+    console.print(
+        f"[bold]{escape(a.log)}[/bold]: {a.requests} requests ({a.replayed} with responses), "
+        f"tokenized by {escape(a.tokenizer)}" + (f", {a.skipped['count']} bad lines skipped" if a.skipped.get("count") else "")
+    )
     p = a.overall.profile
     if p.rate:
-        console.print(f"rate per minute: p50 {p.rate.per_minute_p50:.2f}, p95 {p.rate.per_minute_p95:.2f}, "
-                      f"peak {p.rate.per_minute_peak:.2f} req/s over {p.rate.minutes} min")
+        console.print(
+            f"rate per minute: p50 {p.rate.per_minute_p50:.2f}, p95 {p.rate.per_minute_p95:.2f}, "
+            f"peak {p.rate.per_minute_peak:.2f} req/s over {p.rate.minutes} min"
+        )
     if p.concurrency.mean is not None:
-        console.print(f"concurrency ({escape(p.concurrency.source)}): mean {p.concurrency.mean:.1f}, "
-                      f"peak {p.concurrency.peak}")
+        console.print(f"concurrency ({escape(p.concurrency.source)}): mean {p.concurrency.mean:.1f}, peak {p.concurrency.peak}")
     console.print("temperature: " + ", ".join(f"{k}: {v}" for k, v in p.temperature_mix.items()))
     console.print(f"prompt tokens p50 {_num(p.prompt_tokens.p50)}, output tokens p50 {_num(p.output_tokens.p50)}")
     table = Table("segment", "requests", "n-gram 2..5 k=4", "suffix", "verdict", "recommended")

@@ -57,11 +57,9 @@ class LocalTokenizer:
                 raise TokenizeError(f"chat template: {message}")
 
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-            env.globals.update(raise_exception=raise_exception,
-                               strftime_now=lambda fmt: dt.datetime.now().strftime(fmt))
+            env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: dt.datetime.now().strftime(fmt))
             self._compiled = env.from_string(self._template)
-        return str(self._compiled.render(messages=messages, add_generation_prompt=True, bos_token=self._bos,
-                                         eos_token=self._eos))
+        return str(self._compiled.render(messages=messages, add_generation_prompt=True, bos_token=self._bos, eos_token=self._eos))
 
     def prompt_ids(self, entry: RequestLogEntry) -> list[int]:
         if entry.prompt_token_ids is not None:
