@@ -1,0 +1,33 @@
+"""The README's Layout section matches the tree: every package and top-level module is listed, nothing listed is gone."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "src" / "specguard"
+
+
+def layout_names() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    names: set[str] = set()
+    for line in block.splitlines():
+        if not line.startswith("  ") or line.startswith("   "):
+            continue  # only the entries directly under src/specguard/
+        first = line.split("  ")[1] if line.startswith("  ") else ""
+        names.update(n.strip() for n in re.split(r",\s*", first.strip()) if n.strip())
+    return names
+
+
+def tree_names() -> set[str]:
+    packages = {f"{p.name}/" for p in PACKAGE.iterdir() if p.is_dir() and any(p.glob("*.py"))}
+    modules = {p.name for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py", "__main__.py"}}
+    return packages | modules
+
+
+def test_every_package_and_module_is_in_the_layout_and_nothing_else() -> None:
+    listed, present = layout_names(), tree_names()
+    assert present - listed == set(), "in src/specguard but not in the README's Layout"
+    assert listed - present == set(), "in the README's Layout but not in src/specguard"
