@@ -278,9 +278,12 @@ def check(
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
     from specguard.check.runner import run_check
+    from specguard.embedded.launch import embedded_launcher
 
     plan = load_plan(plan_path)
-    record = run_check(plan, plan_path, out, resume=resume, log=lambda m: err.print(m, highlight=False))
+    record = run_check(
+        plan, plan_path, out, launcher=embedded_launcher, resume=resume, log=lambda m: err.print(m, highlight=False)
+    )
     v = write_outputs(record, out)
     _print_verdict(v, out)
     raise typer.Exit(v.exit_code)

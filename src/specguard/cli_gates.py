@@ -267,7 +267,7 @@ def inventory(
 def _plan_arm(plan_path: Path, arm: Arm | None) -> tuple[list[str] | None, str | None]:
     """A plan arm as server arguments (launched) or its URL (endpoint)."""
     from specguard.check.plan import load_plan
-    from specguard.check.runner import server_spec_for, uses_embedded
+    from specguard.embedded.launch import server_spec_for, uses_embedded
     from specguard.embedded.models import ensure_models
     from specguard.embedded.runtime import ensure_runtime
     from specguard.inventory.collect import spec_args
