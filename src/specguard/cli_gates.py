@@ -15,17 +15,7 @@ import typer
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
 from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError, UsageError
-from specguard.validation import check_base_url, finite, input_path, output_file, text_option
-
-
-def api_key_from_env(env_name: str | None) -> str | None:
-    """The key held by the variable ``--api-key-env`` names; keys are never options themselves (they would show in ps)."""
-    if not env_name:
-        return None
-    value = os.environ.get(env_name)
-    if value is None:
-        raise OptionError(f"--api-key-env {env_name}: the variable is not set")
-    return value
+from specguard.validation import api_key_from_env, check_base_url, finite, input_path, output_file, text_option
 
 
 def url_option(value: str | None, option: str = "--url") -> str | None:

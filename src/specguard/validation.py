@@ -11,6 +11,7 @@ file, line and key) and what was expected.
 from __future__ import annotations
 
 import math
+import os
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +45,23 @@ def check_base_url(value: str) -> str:
 
 
 HttpUrl = Annotated[str, AfterValidator(check_base_url)]
+
+
+def api_key_from_env(env_name: str | None, named_by: str = "--api-key-env") -> str | None:
+    """The API key held by the environment variable ``env_name``; None when no variable is named.
+
+    Keys are never options or plan keys themselves (they would show in ``ps`` and in stored plans), only the
+    name of the variable holding one. ``named_by`` says where that name was given: an option (the error shows
+    it with its value, as every option error does) or a check plan's key path.
+    """
+    if not env_name:
+        return None
+    value = os.environ.get(env_name)
+    if value is None:
+        if named_by.startswith("-"):
+            raise OptionError(f"{named_by} {env_name}: the variable is not set")
+        raise OptionError(f"{named_by}: the environment variable {env_name} is not set")
+    return value
 
 
 def describe(exc: ValidationError, names: Mapping[str, str] | None = None) -> list[str]:

@@ -18,7 +18,6 @@ aside the interrupted block's partial runs, and refuses a changed plan.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from specguard.check.launch import Launcher, LaunchResolver
 from specguard.check.plan import Arm, CheckPlan
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.check.verdict import Failure
-from specguard.errors import Interrupted, OptionError, OutputExistsError, RuntimeFailure, UsageError
+from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
@@ -36,6 +35,7 @@ from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server
+from specguard.validation import api_key_from_env
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import redact_argv
 from specguard.vllm.urls import server_root
@@ -81,11 +81,7 @@ def resolve_plan(plan: CheckPlan, plan_path: Path) -> ResolvedPlan:
     keys: dict[str, str | None] = {}
     for name in ARMS:
         ep = getattr(plan.arms, name).endpoint
-        keys[name] = None
-        if ep is not None and ep.api_key_env:
-            keys[name] = os.environ.get(ep.api_key_env)
-            if keys[name] is None:
-                raise OptionError(f"arms.{name}.endpoint.api_key_env: the environment variable {ep.api_key_env} is not set")
+        keys[name] = api_key_from_env(ep.api_key_env, f"arms.{name}.endpoint.api_key_env") if ep is not None else None
     return ResolvedPlan(plan=plan, plan_path=plan_path, prompt_sets=prompt_sets, api_keys=keys)
 
 

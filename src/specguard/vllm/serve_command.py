@@ -137,8 +137,8 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
     processed = []
     for arg in args:
         if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
-            processed.append(_FLAG_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value)
+            key, eq, rest = arg.partition("=")
+            processed.append(_FLAG_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + rest)
         else:
             processed.append(arg)
     taken: set[int] = set()
@@ -163,6 +163,7 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
                 continue
             text = processed[i + 1]
             taken.add(i + 1)
+        value: Any
         if name.endswith("+"):
             name, value = name[:-1], text.split(",")
         else:
@@ -173,8 +174,8 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
         _merge_nested(dicts.setdefault(flag, {}), value)
         taken.add(i)
     out = [(arg, False) for i, arg in enumerate(processed) if i not in taken]
-    for flag, value in dicts.items():
-        out += [(flag, True), (json.dumps(value), True)]
+    for flag, gathered in dicts.items():
+        out += [(flag, True), (json.dumps(gathered), True)]
     return out
 
 
@@ -307,7 +308,7 @@ def extract_speculation(args: list[str], version: K.Version) -> Speculation:
             i += 1
             continue
         if eq:
-            text: str | None = inline
+            text = inline
             i += 1
         elif i + 1 < len(tokens) and not _takes_no_value(tokens[i + 1][0]):
             text = tokens[i + 1][0]
