@@ -12,24 +12,22 @@ import random
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specguard.errors import InputFileError
+from specguard.models_base import StrictModel
 from specguard.validation import read_input_text
 
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ChatMessage(StrictModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str
 
 
-class PromptItem(BaseModel):
+class PromptItem(StrictModel):
     """One line of a prompt file."""
-
-    model_config = ConfigDict(extra="forbid")
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
