@@ -64,16 +64,26 @@ def api_key_from_env(env_name: str | None, named_by: str = "--api-key-env") -> s
     return value
 
 
-def describe(exc: ValidationError, names: Mapping[str, str] | None = None) -> list[str]:
-    """One line per pydantic error: ``NAME: what was expected (got VALUE)``, NAME an option or a key path."""
+def describe(
+    exc: ValidationError,
+    names: Mapping[str, str] | None = None,
+    *,
+    show_input: bool = True,
+    unknown_key: str = "unknown key",
+) -> list[str]:
+    """One line per pydantic error, in ``exc.errors()`` order: ``NAME: what was expected (got VALUE)``.
+
+    NAME is an option (from ``names``) or a key path. Files that point at the line already (a prompt file, a
+    check plan) leave the value out (``show_input=False``); ``unknown_key`` may list the keys a format has.
+    """
     lines = []
     for e in exc.errors():
         loc = ".".join(str(p) for p in e["loc"])
         name = (names or {}).get(loc, f"key '{loc}'" if loc else "")
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        msg = unknown_key if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
         got = e.get("input")
         # json_invalid's input is the whole document: the message already says where it breaks
-        quiet = e["type"] in ("extra_forbidden", "missing", "json_invalid") or isinstance(got, dict | list)
+        quiet = not show_input or e["type"] in ("extra_forbidden", "missing", "json_invalid") or isinstance(got, dict | list)
         shown = "" if quiet else f" (got {_shorten(repr(got))})"
         lines.append(f"{name}: {msg}{shown}" if name else f"{msg}{shown}")
     return lines

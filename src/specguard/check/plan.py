@@ -17,7 +17,7 @@ from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import load_shape_from_options
 from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape
-from specguard.validation import HttpUrl, read_input_text
+from specguard.validation import HttpUrl, describe, read_input_text
 from specguard.vllm.server_spec import ServerSpec
 
 
@@ -183,13 +183,9 @@ def load_plan(path: Path) -> CheckPlan:
         plan = CheckPlan.model_validate(data)
     except ValidationError as exc:
         root = yaml.compose(text)
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            where = f"{path}:{yaml_line(root, err['loc'])}"
-            lines.append(f"{where}: key '{loc}': {msg}" if loc else f"{where}: {msg}")
-        raise CheckPlanError("\n".join(lines)) from exc
+        lines = describe(exc, show_input=False)
+        wheres = [f"{path}:{yaml_line(root, err['loc'])}" for err in exc.errors()]
+        raise CheckPlanError("\n".join(f"{where}: {line}" for where, line in zip(wheres, lines, strict=True))) from exc
     # Prompt files are relative to the plan.
     for p in plan.prompts:
         if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():
