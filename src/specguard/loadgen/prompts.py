@@ -86,8 +86,8 @@ def load_prompt_file(path: Path) -> PromptSet:
         try:
             items.append(PromptItem.model_validate(obj))
         except ValidationError as exc:
-            lines = describe(exc, show_input=False, unknown_key=f"unknown key (expected {', '.join(PromptItem.model_fields)})")
-            raise PromptFileError(f"{where}: {'; '.join(lines)}") from exc
+            problems = describe(exc, show_input=False, unknown_key=f"unknown key (expected {', '.join(PromptItem.model_fields)})")
+            raise PromptFileError(f"{where}: {'; '.join(problems)}") from exc
         lines.append(lineno)
     if not items:
         raise PromptFileError(f"{path}: no prompts (the file is empty)")
