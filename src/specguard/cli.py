@@ -18,8 +18,8 @@ from rich.console import Console
 
 from specguard import __version__
 from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
-from specguard.cli_gates import api_key_from_env, tokenizer_option, version_option
 from specguard.cli_gates import register as register_gate_commands
+from specguard.cli_gates import tokenizer_option, version_option
 from specguard.cli_output import err
 from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, OutputExistsError, RequestsFailedError
 
@@ -129,8 +129,8 @@ def bench(
     from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
     from specguard.report.terminal import RichProgress, print_summaries
     from specguard.results.store import REQUESTS_FILE, RUN_FILE
-    from specguard.server_metrics.server_facts import server_root
-    from specguard.validation import check_base_url, finite, options
+    from specguard.validation import api_key_from_env, check_base_url, finite, options
+    from specguard.vllm.urls import server_root
 
     for value, name in (
         (rate, "--rate"),
@@ -278,9 +278,12 @@ def check(
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
     from specguard.check.runner import run_check
+    from specguard.embedded.launch import embedded_launcher
 
     plan = load_plan(plan_path)
-    record = run_check(plan, plan_path, out, resume=resume, log=lambda m: err.print(m, highlight=False))
+    record = run_check(
+        plan, plan_path, out, launcher=embedded_launcher, resume=resume, log=lambda m: err.print(m, highlight=False)
+    )
     v = write_outputs(record, out)
     _print_verdict(v, out)
     raise typer.Exit(v.exit_code)

@@ -15,17 +15,7 @@ import typer
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
 from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError, UsageError
-from specguard.validation import check_base_url, finite, input_path, output_file, text_option
-
-
-def api_key_from_env(env_name: str | None) -> str | None:
-    """The key held by the variable ``--api-key-env`` names; keys are never options themselves (they would show in ps)."""
-    if not env_name:
-        return None
-    value = os.environ.get(env_name)
-    if value is None:
-        raise OptionError(f"--api-key-env {env_name}: the variable is not set")
-    return value
+from specguard.validation import api_key_from_env, check_base_url, finite, input_path, output_file, text_option
 
 
 def url_option(value: str | None, option: str = "--url") -> str | None:
@@ -267,7 +257,7 @@ def inventory(
 def _plan_arm(plan_path: Path, arm: Arm | None) -> tuple[list[str] | None, str | None]:
     """A plan arm as server arguments (launched) or its URL (endpoint)."""
     from specguard.check.plan import load_plan
-    from specguard.check.runner import server_spec_for, uses_embedded
+    from specguard.embedded.launch import server_spec_for, uses_embedded
     from specguard.embedded.models import ensure_models
     from specguard.embedded.runtime import ensure_runtime
     from specguard.inventory.collect import spec_args

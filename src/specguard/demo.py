@@ -14,11 +14,12 @@ from pathlib import Path
 from specguard.check.plan import load_plan
 from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.runner import run_check
+from specguard.embedded.launch import embedded_launcher
 
 DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
 
 
 def run_demo(out: Path, log=print) -> VerdictFile:  # type: ignore[no-untyped-def]
     plan = load_plan(DEMO_PLAN)
-    record = run_check(plan, DEMO_PLAN, out, log=log)
+    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log)
     return write_outputs(record, out)

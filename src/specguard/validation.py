@@ -11,6 +11,7 @@ file, line and key) and what was expected.
 from __future__ import annotations
 
 import math
+import os
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,16 +47,43 @@ def check_base_url(value: str) -> str:
 HttpUrl = Annotated[str, AfterValidator(check_base_url)]
 
 
-def describe(exc: ValidationError, names: Mapping[str, str] | None = None) -> list[str]:
-    """One line per pydantic error: ``NAME: what was expected (got VALUE)``, NAME an option or a key path."""
+def api_key_from_env(env_name: str | None, named_by: str = "--api-key-env") -> str | None:
+    """The API key held by the environment variable ``env_name``; None when no variable is named.
+
+    Keys are never options or plan keys themselves (they would show in ``ps`` and in stored plans), only the
+    name of the variable holding one. ``named_by`` says where that name was given: an option (the error shows
+    it with its value, as every option error does) or a check plan's key path.
+    """
+    if not env_name:
+        return None
+    value = os.environ.get(env_name)
+    if value is None:
+        if named_by.startswith("-"):
+            raise OptionError(f"{named_by} {env_name}: the variable is not set")
+        raise OptionError(f"{named_by}: the environment variable {env_name} is not set")
+    return value
+
+
+def describe(
+    exc: ValidationError,
+    names: Mapping[str, str] | None = None,
+    *,
+    show_input: bool = True,
+    unknown_key: str = "unknown key",
+) -> list[str]:
+    """One line per pydantic error, in ``exc.errors()`` order: ``NAME: what was expected (got VALUE)``.
+
+    NAME is an option (from ``names``) or a key path. Files that point at the line already (a prompt file, a
+    check plan) leave the value out (``show_input=False``); ``unknown_key`` may list the keys a format has.
+    """
     lines = []
     for e in exc.errors():
         loc = ".".join(str(p) for p in e["loc"])
         name = (names or {}).get(loc, f"key '{loc}'" if loc else "")
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+        msg = unknown_key if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
         got = e.get("input")
         # json_invalid's input is the whole document: the message already says where it breaks
-        quiet = e["type"] in ("extra_forbidden", "missing", "json_invalid") or isinstance(got, dict | list)
+        quiet = not show_input or e["type"] in ("extra_forbidden", "missing", "json_invalid") or isinstance(got, dict | list)
         shown = "" if quiet else f" (got {_shorten(repr(got))})"
         lines.append(f"{name}: {msg}{shown}" if name else f"{msg}{shown}")
     return lines

@@ -21,6 +21,7 @@ from tests.cli.helpers import Cli, Guard
 @pytest.fixture(autouse=True)
 def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Guard:
     import specguard.check.runner as check_runner
+    import specguard.embedded.launch as embedded_launch
     import specguard.embedded.models as embedded_models
     import specguard.embedded.runtime as embedded_runtime
     import specguard.loadgen.runner as loadgen_runner
@@ -46,9 +47,9 @@ def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Guard:
     monkeypatch.setattr(subprocess, "Popen", refuse("subprocess", OSError))
     for module in (loadgen_runner, check_runner):
         monkeypatch.setattr(module, "run_async", refuse("run_async"))
-    for module in (embedded_runtime, check_runner):
+    for module in (embedded_runtime, embedded_launch):
         monkeypatch.setattr(module, "ensure_runtime", refuse("ensure_runtime"))
-    for module in (embedded_models, check_runner):
+    for module in (embedded_models, embedded_launch):
         monkeypatch.setattr(module, "ensure_models", refuse("ensure_models"))
     return g
 

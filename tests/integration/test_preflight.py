@@ -15,10 +15,10 @@ import yaml
 from specguard.embedded.models import ModelSet
 from specguard.embedded.runtime import API_SERVER_MODULE, VllmRuntime
 from specguard.preflight import discover
-from specguard.preflight.findings import errors
 from specguard.preflight.rules import RuleContext, check_config
-from specguard.preflight.translate import extract_speculation, server_args, split_command
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import errors
+from specguard.vllm.serve_command import extract_speculation, server_args, split_command
 
 pytestmark = pytest.mark.vllm
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.preflight.findings import errors
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import errors
 
 
 def _check(cfg: dict, version: str, **ctx: object):
@@ -140,7 +140,7 @@ def test_fly_and_n_predict_rules() -> None:
 
 def test_method_detection_follows_vllm_0_32() -> None:
     """The corpus cannot carry these: its drafts are local Llama directories (vllm 0.32 config/speculative.py)."""
-    from specguard.preflight.rules import resolve_method
+    from specguard.vllm.methods import resolve_method
 
     assert resolve_method({"model": "mypkg.MyProposer"}) == "custom_class"
     assert resolve_method({"model": "Qwen2.5-0.5B"}) == "draft_model"  # '5-0' is no identifier: a hub name

@@ -6,17 +6,10 @@ import json
 
 import pytest
 
-from specguard.preflight.findings import errors
-from specguard.preflight.translate import (
-    CommandError,
-    extract_speculation,
-    legacy_to_config,
-    server_args,
-    split_command,
-    to_legacy_flags,
-    to_spec_args,
-)
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import errors
+from specguard.vllm.serve_command import CommandError, extract_speculation, server_args, split_command
+from specguard.vllm.spec_forms import legacy_to_config, to_legacy_flags, to_spec_args
 
 UNIT = """[Service]
 Environment=HF_HOME=/srv/hf

@@ -19,11 +19,10 @@ import numpy as np
 from pydantic import BaseModel
 from scipy import stats
 
+from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_TAIL_SAMPLES
+
 # One repetition: one list of values per request (a single value for per-request metrics).
 Repetition = Sequence[Sequence[float]]
-
-DEFAULT_RESAMPLES = 2000
-MIN_TAIL_SAMPLES = 5
 
 
 class RatioResult(BaseModel):

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from scipy import stats
 
-from specguard.analysis.ab_statistics import MIN_TAIL_SAMPLES, RatioResult, Repetition, compare_percentile
+from specguard.analysis.ab_statistics import RatioResult, Repetition, compare_percentile
+from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.analysis.request_metrics import per_token_itl, tpot
 from specguard.results.models import RequestRecord, RunInfo
 
@@ -99,7 +100,7 @@ def compare_repetitions(
     cand: Sequence[Sequence[RequestRecord]],
     *,
     seed: int = 0,
-    resamples: int = 2000,
+    resamples: int = DEFAULT_RESAMPLES,
     min_tail: int = MIN_TAIL_SAMPLES,
 ) -> dict[str, dict[str, RatioResult]]:
     """Every metric x percentile: candidate/baseline with interval, over one or more repetitions per arm."""

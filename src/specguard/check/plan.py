@@ -10,17 +10,15 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape
-from specguard.validation import HttpUrl, read_input_text
+from specguard.validation import HttpUrl, describe, read_input_text
 from specguard.vllm.server_spec import ServerSpec
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class LaunchSpec(ServerSpec):
@@ -29,7 +27,7 @@ class LaunchSpec(ServerSpec):
     startup_timeout_s: float = 900.0
 
 
-class EndpointSpec(_Strict):
+class EndpointSpec(FiniteModel):
     """A server that already runs."""
 
     base_url: HttpUrl
@@ -38,7 +36,7 @@ class EndpointSpec(_Strict):
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
 
 
-class Arm(_Strict):
+class Arm(FiniteModel):
     launch: LaunchSpec | None = None
     endpoint: EndpointSpec | None = None
 
@@ -49,12 +47,12 @@ class Arm(_Strict):
         return self
 
 
-class Arms(_Strict):
+class Arms(FiniteModel):
     baseline: Arm
     candidate: Arm
 
 
-class TrafficLevel(_Strict):
+class TrafficLevel(FiniteModel):
     name: str
     rate: float | None = Field(default=None, gt=0)
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
@@ -89,13 +87,13 @@ class TrafficLevel(_Strict):
         return self
 
 
-class SamplingSetting(_Strict):
+class SamplingSetting(FiniteModel):
     name: str
     temperature: float = Field(ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
 
 
-class PromptSource(_Strict):
+class PromptSource(FiniteModel):
     source: str = Field(description="a JSONL prompt file (relative to the plan) or synthetic:NAME")
     count: int = Field(default=64, gt=0, description="items of a synthetic set")
 
@@ -103,25 +101,25 @@ class PromptSource(_Strict):
 Metric = Literal["itl_ms", "tpot_ms", "e2e_ms", "ttft_ms", "output_tokens_per_s"]
 
 
-class Objective(_Strict):
+class Objective(FiniteModel):
     metric: Metric = "itl_ms"
     percentile: Literal["p50", "p95", "p99"] = "p95"
     min_improvement: float = Field(default=0.10, ge=0, lt=1)
 
 
-class Guardrails(_Strict):
+class Guardrails(FiniteModel):
     max_p99_e2e_regression: float = Field(default=0.05, ge=0)
     max_p99_ttft_regression: float = Field(default=0.05, ge=0)
     max_error_rate_increase: float = Field(default=0.01, ge=0)
     max_preemption_increase: float = Field(default=0.0, ge=0)
 
 
-class Statistics(_Strict):
-    resamples: int = Field(default=2000, ge=100)
-    min_tail_samples: int = Field(default=5, ge=1, description="observations beyond a percentile before it counts")
+class Statistics(FiniteModel):
+    resamples: int = Field(default=DEFAULT_RESAMPLES, ge=MIN_RESAMPLES)
+    min_tail_samples: int = Field(default=MIN_TAIL_SAMPLES, ge=1, description="observations beyond a percentile before it counts")
 
 
-class CheckPlan(_Strict):
+class CheckPlan(FiniteModel):
     name: str = "check"
     arms: Arms
     order: Literal["interleaved", "blocked"] = "interleaved"
@@ -185,13 +183,9 @@ def load_plan(path: Path) -> CheckPlan:
         plan = CheckPlan.model_validate(data)
     except ValidationError as exc:
         root = yaml.compose(text)
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-            where = f"{path}:{yaml_line(root, err['loc'])}"
-            lines.append(f"{where}: key '{loc}': {msg}" if loc else f"{where}: {msg}")
-        raise CheckPlanError("\n".join(lines)) from exc
+        lines = describe(exc, show_input=False)
+        wheres = [f"{path}:{yaml_line(root, err['loc'])}" for err in exc.errors()]
+        raise CheckPlanError("\n".join(f"{where}: {line}" for where, line in zip(wheres, lines, strict=True))) from exc
     # Prompt files are relative to the plan.
     for p in plan.prompts:
         if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():

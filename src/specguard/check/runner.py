@@ -18,28 +18,27 @@ aside the interrupted block's partial runs, and refuses a changed plan.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from specguard.check.launch import Launcher, LaunchResolver
 from specguard.check.plan import Arm, CheckPlan
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.check.verdict import Failure
-from specguard.embedded.models import ModelSet, ensure_models
-from specguard.embedded.runtime import VllmRuntime, ensure_runtime
-from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
-from specguard.errors import Interrupted, OptionError, OutputExistsError, RuntimeFailure, UsageError
+from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
-from specguard.server_metrics.server_facts import inspect_server, server_root
+from specguard.server_metrics.server_facts import inspect_server
+from specguard.validation import api_key_from_env
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
-from specguard.vllm.server_spec import ServerSpec, redact_argv
+from specguard.vllm.server_spec import redact_argv
+from specguard.vllm.urls import server_root
 
 __all__ = [
     "ARMS",
@@ -49,8 +48,6 @@ __all__ = [
     "cell_key",
     "resolve_plan",
     "run_check",
-    "server_spec_for",
-    "uses_embedded",
 ]
 
 OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUDA error: out of memory", "Cannot allocate memory")
@@ -84,11 +81,7 @@ def resolve_plan(plan: CheckPlan, plan_path: Path) -> ResolvedPlan:
     keys: dict[str, str | None] = {}
     for name in ARMS:
         ep = getattr(plan.arms, name).endpoint
-        keys[name] = None
-        if ep is not None and ep.api_key_env:
-            keys[name] = os.environ.get(ep.api_key_env)
-            if keys[name] is None:
-                raise OptionError(f"arms.{name}.endpoint.api_key_env: the environment variable {ep.api_key_env} is not set")
+        keys[name] = api_key_from_env(ep.api_key_env, f"arms.{name}.endpoint.api_key_env") if ep is not None else None
     return ResolvedPlan(plan=plan, plan_path=plan_path, prompt_sets=prompt_sets, api_keys=keys)
 
 
@@ -101,27 +94,6 @@ def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
 
 def block_name(rep: int, arm: str) -> str:
     return f"{arm} rep{rep}"
-
-
-def server_spec_for(arm: Arm, models: ModelSet | None, port: int) -> ServerSpec:
-    assert arm.launch is not None
-    spec = arm.launch.model_dump(exclude={"startup_timeout_s"})
-    spec["port"] = port
-    if spec["model"].startswith("embedded:"):
-        assert models is not None
-        spec["model"] = str(models.path(spec["model"].split(":", 1)[1]))
-        spec["served_model_name"] = spec["served_model_name"] or SERVED_NAME
-        spec["env"] = {**EMBEDDED_SERVER_ENV, **spec["env"]}
-    cfg = spec.get("speculative_config")
-    if cfg and isinstance(cfg.get("model"), str) and cfg["model"].startswith("embedded:"):
-        assert models is not None
-        spec["speculative_config"] = {**cfg, "model": str(models.path(cfg["model"].split(":", 1)[1]))}
-    return ServerSpec.model_validate(spec)
-
-
-def uses_embedded(plan: CheckPlan) -> bool:
-    launches = [a.launch for a in (plan.arms.baseline, plan.arms.candidate) if a.launch is not None]
-    return any("embedded:" in launch.model_dump_json() for launch in launches)
 
 
 def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState:
@@ -144,9 +116,18 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
 
 
 def run_check(
-    plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False, log: Callable[[str], None] = print
+    plan: CheckPlan,
+    plan_path: Path,
+    out: Path,
+    *,
+    launcher: LaunchResolver,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
 ) -> CheckRecord:
-    """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from."""
+    """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
+
+    ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs.
+    """
     resolved = resolve_plan(plan, plan_path)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
@@ -160,12 +141,9 @@ def run_check(
     if resume:
         log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(todo)} to run")
     arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
-    runtime: VllmRuntime | None = None
-    models: ModelSet | None = None
+    launch: Launcher | None = None
     if todo and any(arms[a].launch is not None for _, a in todo):
-        runtime = ensure_runtime(log=log)
-        if uses_embedded(plan):
-            models = ensure_models(runtime)
+        launch = launcher(plan, log)
     port = free_port()
     for rep, arm_name in todo:
         _set_aside_partial_runs(d, arm_name, rep, log)
@@ -173,8 +151,8 @@ def run_check(
         arm = arms[arm_name]
         try:
             if arm.launch is not None:
-                assert runtime is not None
-                _run_launched_block(resolved, d, state, arm, arm_name, rep, runtime, models, arm.launch.port or port)
+                assert launch is not None
+                _run_launched_block(resolved, d, state, arm, arm_name, rep, launch, arm.launch.port or port)
             else:
                 _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
         except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
@@ -210,17 +188,16 @@ def _run_launched_block(
     arm: Arm,
     arm_name: str,
     rep: int,
-    runtime: VllmRuntime,
-    models: ModelSet | None,
+    launch: Launcher,
     port: int,
 ) -> None:
     assert arm.launch is not None
-    spec = server_spec_for(arm, models, port)
+    spec = launch.specs[arm_name].model_copy(update={"port": port})
     server = ManagedServer(
         spec,
-        runtime.serve_argv,
+        launch.serve_argv,
         d.server_log(arm_name, rep),
-        runtime_env=runtime.env,
+        runtime_env=launch.env,
         startup_timeout_s=arm.launch.startup_timeout_s,
     )
     try:

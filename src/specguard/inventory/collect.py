@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 
 from specguard import __version__
 from specguard.inventory.model import Inventory, KvHeadroom, ModelIdentity
-from specguard.preflight.translate import extract_speculation, model_argument, option_value
 from specguard.server_metrics.server_facts import ServerFacts
 from specguard.vllm import knowledge as K
+from specguard.vllm.serve_command import extract_speculation, model_argument, option_value
 from specguard.vllm.server_spec import ServerSpec, build_argv
 
 # Hashing a 140 GB checkpoint on every benchmark is not an option: big files are fingerprinted by their size

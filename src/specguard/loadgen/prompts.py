@@ -12,24 +12,22 @@ import random
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specguard.errors import InputFileError
-from specguard.validation import read_input_text
+from specguard.models_base import StrictModel
+from specguard.validation import describe, read_input_text
 
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ChatMessage(StrictModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str
 
 
-class PromptItem(BaseModel):
+class PromptItem(StrictModel):
     """One line of a prompt file."""
-
-    model_config = ConfigDict(extra="forbid")
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
@@ -88,23 +86,13 @@ def load_prompt_file(path: Path) -> PromptSet:
         try:
             items.append(PromptItem.model_validate(obj))
         except ValidationError as exc:
-            raise PromptFileError(f"{where}: {_describe(exc)}") from exc
+            problems = describe(exc, show_input=False, unknown_key=f"unknown key (expected {', '.join(PromptItem.model_fields)})")
+            raise PromptFileError(f"{where}: {'; '.join(problems)}") from exc
         lines.append(lineno)
     if not items:
         raise PromptFileError(f"{path}: no prompts (the file is empty)")
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return PromptSet(source=str(path), items=items, lines=lines, sha256=digest)
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (expected prompt, messages, segment, max_tokens, temperature, top_p, ignore_eos, stop)"
-        parts.append(f"key '{loc}': {msg}" if loc else msg)
-    return "; ".join(parts)
 
 
 def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int = 64) -> PromptSet:

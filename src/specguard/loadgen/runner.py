@@ -34,14 +34,16 @@ from specguard.loadgen.recorder import Recorder, RecordWritten
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
-from specguard.server_metrics.server_facts import auth_headers, server_root
+from specguard.server_metrics.server_facts import auth_headers, inspect_server
 from specguard.validation import HttpUrl
+from specguard.vllm.urls import endpoint_url, server_root
 
 T = TypeVar("T")
 
 
 # Below this a scrape of vLLM's /metrics (about 30 ms of parsing for a few hundred series) is most of an interval.
 MIN_SCRAPE_INTERVAL_S = 0.1
+PROBE_TIMEOUT_S = 5.0  # /version and /v1/models before a run: a server that cannot answer them fast is not ready
 
 
 class BenchConfig(BaseModel):
@@ -71,13 +73,6 @@ class ProgressSink:
     def started(self, total: int | None, duration_s: float | None) -> None: ...
 
     def finished(self, progress: RecordWritten) -> None: ...
-
-
-def endpoint_url(base_url: str, api: str) -> str:
-    base = base_url.rstrip("/")
-    if not base.endswith("/v1"):
-        base += "/v1"
-    return f"{base}/{'chat/completions' if api == 'chat' else 'completions'}"
 
 
 class _Run:
@@ -195,27 +190,6 @@ async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
-    try:
-        async with asyncio.timeout(5):
-            async with session.get(url, headers=headers) as resp:
-                if resp.status == 200:
-                    return await resp.json(content_type=None)
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-        return None
-    return None
-
-
-async def _probe(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> tuple[str | None, list[str] | None]:
-    """The server's version and served model names, where it says them (None where it does not)."""
-    version = await _get_json(session, f"{root}/version", headers)
-    models = await _get_json(session, f"{root}/v1/models", headers)
-    served = None
-    if isinstance(models, dict) and isinstance(models.get("data"), list):
-        served = [str(m.get("id")) for m in models["data"] if isinstance(m, dict)]
-    return (str(version.get("version")) if isinstance(version, dict) else None), served
-
-
 def check_model_served(model: str, served: list[str] | None, root: str) -> None:
     """A wrong --model gets a 404 for every request; say so before sending any, with the names the server serves."""
     if served is not None and model not in served:
@@ -266,7 +240,8 @@ async def run_bench(
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        server_version, served = await _probe(session, root, auth_headers(cfg.api_key))
+        facts = await asyncio.to_thread(inspect_server, root, cfg.api_key, PROBE_TIMEOUT_S, read_metrics=False)
+        server_version, served = facts.version, facts.served_names
         check_model_served(cfg.model, served, root)
         writer = RunWriter(cfg.out_dir)
         try:

@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specguard.preflight.findings import Finding
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import Finding
+from specguard.vllm.methods import detected_from_draft, resolve_method
 
 SUFFIX_FIELDS = (
     "suffix_decoding_max_tree_depth",
@@ -24,8 +25,6 @@ SUFFIX_FIELDS = (
     "suffix_decoding_min_token_prob",
 )
 MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "n_predict")
-# Target model types that ``hf_config_override`` rewrites to deepseek_mtp (0.32).
-MTP_TARGET_TYPES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
 # Methods whose ``__post_init__`` builds no draft ModelConfig (0.32): draft TP, the draft's max_model_len, its
 # quantization and dspark_draft_topk are only checked on the model-based path.
 NO_DRAFT_METHODS = {"ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states"}
@@ -55,53 +54,6 @@ class RuleContext(BaseModel):
     target_config: dict[str, Any] | None = Field(default=None, description="the target's config.json, when local")
     draft_config: dict[str, Any] | None = Field(default=None, description="the draft's config.json, when local")
     packages: dict[str, bool] = Field(default_factory=dict, description="optional packages known installed or not")
-
-
-def _is_custom_class_path(model: str) -> bool:
-    """vLLM's ``SpeculativeConfig._is_custom_proposer_path`` (0.32): dotted identifiers, no URL and no '/'."""
-    if model.startswith(("http://", "https://", "file://")) or "/" in model:
-        return False
-    parts = model.split(".")
-    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-def _detected_from_draft(model: str, draft_config: dict[str, Any] | None) -> str | None:
-    """The method ``__post_init__`` switches a draft to: from its name first, then from its config.json."""
-    name = model.lower()
-    for marker, detected in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
-        if marker in name:
-            return detected
-    if not draft_config:
-        return None
-    architectures = draft_config.get("architectures") or []
-    model_type = str(draft_config.get("model_type", ""))
-    if "MuseGlimmerAssistantModel" in architectures:
-        return "dflash"
-    if any(a in architectures for a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel", "Gemma4DSparkModel")):
-        return "dspark"
-    if model_type in ("medusa", "mlp_speculator"):
-        return model_type
-    if model_type in K.MTP_ALIASES_0_32 or model_type in MTP_TARGET_TYPES:
-        return "mtp"
-    return None
-
-
-def resolve_method(cfg: dict[str, Any], draft_config: dict[str, Any] | None = None) -> str | None:
-    """The method vLLM would use: explicit, or detected from ``model`` as ``SpeculativeConfig.__post_init__`` does.
-
-    None when the config names neither: vLLM then defaults to draft_model without a draft (see ``_check_method``).
-    """
-    method = cfg.get("method")
-    if method is not None:
-        return str(method)
-    model = cfg.get("model")
-    if not isinstance(model, str) or not model:
-        return None
-    if _is_custom_class_path(model):
-        return "custom_class"
-    if model in ("ngram", "[ngram]"):
-        return "ngram"
-    return _detected_from_draft(model, draft_config) or "draft_model"
 
 
 def _int_value(value: Any) -> int | None:
@@ -495,7 +447,7 @@ def _check_model_and_k(method: str, cfg: dict[str, Any], ctx: RuleContext, out: 
         and isinstance(model, str)
         and canon in ("mtp", "mlp_speculator")
         and draft is not None
-        and _detected_from_draft(model, draft) is None
+        and detected_from_draft(model, draft) is None
         and not _has_mtp_layers(draft)
     ):
         out.append(

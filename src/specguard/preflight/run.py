@@ -16,23 +16,21 @@ from pydantic import BaseModel, Field
 
 from specguard.errors import UsageError
 from specguard.preflight import discover
-from specguard.preflight.findings import Finding, errors
 from specguard.preflight.rules import RuleContext, check_config
-from specguard.preflight.translate import (
+from specguard.server_metrics.server_facts import ServerFacts, inspect_server
+from specguard.validation import read_input_text
+from specguard.vllm import knowledge as K
+from specguard.vllm.findings import Finding, errors
+from specguard.vllm.serve_command import (
     CommandError,
-    config_json,
     extract_speculation,
     model_argument,
     option_value,
     server_args,
     split_command,
-    to_legacy_flags,
-    to_spec_args,
 )
-from specguard.server_metrics.server_facts import ServerFacts, inspect_server
-from specguard.validation import read_input_text
-from specguard.vllm import knowledge as K
 from specguard.vllm.server_spec import redact_argv
+from specguard.vllm.spec_forms import config_json, to_legacy_flags, to_spec_args
 
 
 class PreflightInputError(UsageError):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from specguard.models_base import FiniteModel, StrictModel
 
 RUN_SCHEMA: Final = "specguard.run/1"
 REQUEST_SCHEMA: Final = "specguard.request/1"
@@ -21,17 +23,7 @@ SUMMARY_SCHEMA: Final = "specguard.summary/1"
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _StrictInput(_Strict):
-    """A model that also validates user input: NaN and infinity mean nothing in it."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class LoadShape(_StrictInput):
+class LoadShape(FiniteModel):
     """How requests are released. Exactly one of rate / concurrency / burst drives the run."""
 
     kind: Literal["idle", "constant", "poisson", "gamma", "concurrency", "burst"]
@@ -45,7 +37,7 @@ class LoadShape(_StrictInput):
     seed: int = Field(default=0, ge=0)
 
 
-class SamplingOverrides(_StrictInput):
+class SamplingOverrides(FiniteModel):
     """Sampling parameters forced on every request; None keeps each prompt's own value."""
 
     temperature: float | None = Field(default=None, ge=0)
@@ -54,7 +46,7 @@ class SamplingOverrides(_StrictInput):
     ignore_eos: bool | None = None
 
 
-class RunInfo(_Strict):
+class RunInfo(StrictModel):
     schema_version: Literal["specguard.run/1"] = RUN_SCHEMA
     tool_version: str
     base_url: str
@@ -80,7 +72,7 @@ class RunInfo(_Strict):
     interrupted_phase: Literal["warm-up", "measurement"] | None = None
 
 
-class RequestRecord(_Strict):
+class RequestRecord(StrictModel):
     """One measured request. Times are seconds; chunk times are relative to the actual send."""
 
     schema_version: Literal["specguard.request/1"] = REQUEST_SCHEMA
@@ -107,7 +99,7 @@ class RequestRecord(_Strict):
     max_tokens: int | None = None
 
 
-class MetricsSample(_Strict):
+class MetricsSample(StrictModel):
     """One scrape of the server's /metrics, reduced to what specguard uses."""
 
     schema_version: Literal["specguard.server_metrics/1"] = METRICS_SCHEMA
@@ -123,7 +115,7 @@ class MetricsSample(_Strict):
     cache_config: dict[str, str] | None = Field(default=None, description="labels of vllm:cache_config_info")
 
 
-class Percentiles(_Strict):
+class Percentiles(StrictModel):
     count: int
     mean: float | None
     p50: float | None
@@ -133,7 +125,7 @@ class Percentiles(_Strict):
     max: float | None = None
 
 
-class Acceptance(_Strict):
+class Acceptance(StrictModel):
     rate: float | None = Field(description="accepted draft tokens / draft tokens")
     mean_length: float | None = Field(description="1 + accepted tokens / drafts (includes the bonus token)")
     per_position: list[float] = Field(description="accepted at position i / drafts")
@@ -142,13 +134,13 @@ class Acceptance(_Strict):
     accepted_tokens: float
 
 
-class GaugeSeries(_Strict):
+class GaugeSeries(StrictModel):
     samples: int
     mean: float | None
     max: float | None
 
 
-class Summary(_Strict):
+class Summary(StrictModel):
     schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
     requests: int
     errors: int

@@ -9,9 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
-from specguard.preflight.findings import Finding
 from specguard.preflight.rules import RuleContext, check_config
-from specguard.preflight.translate import config_json, to_spec_args
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
 from specguard.sizing.catalog import GIB, GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
 from specguard.sizing.kv import kv_bytes_per_token
@@ -29,6 +27,8 @@ from specguard.sizing.memory_plan import (
 from specguard.sizing.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
 from specguard.validation import HttpUrl, read_input_text
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import Finding
+from specguard.vllm.spec_forms import config_json, to_spec_args
 
 MODEL_FREE = {"ngram", "ngram_gpu", "suffix"}
 

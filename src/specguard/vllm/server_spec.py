@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from specguard.models_base import StrictModel
 
 
-class ServerSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ServerSpec(StrictModel):
     model: str = Field(description="model directory or name")
     served_model_name: str | None = None
     host: str = "127.0.0.1"

@@ -18,6 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from specguard.models_base import StrictModel
+
 REQUEST_LOG_SCHEMA = "specguard.request_log/1"
 
 
@@ -51,9 +53,7 @@ class LogTimings(BaseModel):
     e2e_s: float | None = Field(default=None, ge=0)
 
 
-class RequestLogEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RequestLogEntry(StrictModel):
     schema_version: Literal["specguard.request_log/1"] = REQUEST_LOG_SCHEMA
     timestamp: dt.datetime | None = Field(default=None, description="when the request arrived (ISO 8601 or epoch s)")
     endpoint: Literal["completions", "chat"]

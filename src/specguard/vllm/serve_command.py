@@ -1,12 +1,13 @@
-"""Command lines and the three speculation surfaces: legacy flags, ``--speculative-config`` and ``--spec-*``. Pure.
+"""``vllm serve`` command lines and the three speculation surfaces: legacy flags, ``--speculative-config`` and
+``--spec-*``. Pure.
 
 Reads a ``vllm serve ...`` line (or a systemd ``ExecStart=``), pulls every
 speculation setting out of it the way vLLM's FlexibleArgumentParser and argparse
 would (underscores in flag names, dotted keys appended as one last JSON object,
 ``-sc``, unique prefixes, the last of a repeated option, each option's own
 ``type``: ``json.loads`` for ``--speculative-config``, ``int`` for
-``--spec-tokens``), merges them as ``create_speculative_config`` does, and
-writes a config back in the form a given release accepts.
+``--spec-tokens``) and merges them as ``create_speculative_config`` does.
+``spec_forms`` writes a config back in the form a given release accepts.
 """
 
 from __future__ import annotations
@@ -19,14 +20,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from specguard.errors import UsageError
-from specguard.preflight.findings import Finding
-from specguard.preflight.rules import resolve_method
 from specguard.vllm import knowledge as K
+from specguard.vllm.findings import Finding
+from specguard.vllm.spec_forms import NONE_TEXTS, SPEC_CONFIG_FLAG, config_json, legacy_to_config
 
-SPEC_CONFIG_FLAG = "--speculative-config"
 SERVER_MODULES = ("vllm.entrypoints.openai.api_server",)
-# V0's default prompt_lookup_min was 1; V1 copies the other bound when one is unset, so a translation keeps V0's.
-V0_PROMPT_LOOKUP_MIN = 1
 
 
 class CommandError(UsageError):
@@ -87,7 +85,6 @@ _FLAG_NAME = re.compile(r"(?<=--)[^.]*")
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 # Options of 0.32's serve parser that start with "--spec" but are no speculation setting (abbreviation ambiguity).
 _OTHER_SPEC_PREFIXED = ("--specialize-active-lora",)
-_NONE_TEXTS = ("", "None")  # vLLM's optional_type(...) reads both as None
 
 
 def _takes_no_value(tok: str) -> bool:
@@ -140,8 +137,8 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
     processed = []
     for arg in args:
         if arg.startswith("--"):
-            key, eq, value = arg.partition("=")
-            processed.append(_FLAG_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + value)
+            key, eq, rest = arg.partition("=")
+            processed.append(_FLAG_NAME.sub(lambda m: m.group(0).replace("_", "-"), key, count=1) + eq + rest)
         else:
             processed.append(arg)
     taken: set[int] = set()
@@ -166,6 +163,7 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
                 continue
             text = processed[i + 1]
             taken.add(i + 1)
+        value: Any
         if name.endswith("+"):
             name, value = name[:-1], text.split(",")
         else:
@@ -176,8 +174,8 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
         _merge_nested(dicts.setdefault(flag, {}), value)
         taken.add(i)
     out = [(arg, False) for i, arg in enumerate(processed) if i not in taken]
-    for flag, value in dicts.items():
-        out += [(flag, True), (json.dumps(value), True)]
+    for flag, gathered in dicts.items():
+        out += [(flag, True), (json.dumps(gathered), True)]
     return out
 
 
@@ -223,7 +221,7 @@ def _resolve_flag(name: str, version: K.Version, findings: list[Finding]) -> str
 
 def _parse_config_value(text: str, flag: str, out: list[Finding]) -> tuple[bool, Any]:
     """``--speculative-config`` is ``optional_type(json.loads)``: '' and 'None' are None, anything else JSON only."""
-    if text in _NONE_TEXTS:
+    if text in NONE_TEXTS:
         return True, None
     try:
         return True, json.loads(text)
@@ -256,7 +254,7 @@ def _parse_spec_arg(flag: str, text: str, version: K.Version, out: list[Finding]
                 )
             )
             return False, None
-    if text in _NONE_TEXTS:
+    if text in NONE_TEXTS:
         return True, None
     if flag == "--spec-method" and text not in K.methods_for(version):
         if K.method_unconfirmed(text, version):
@@ -310,7 +308,7 @@ def extract_speculation(args: list[str], version: K.Version) -> Speculation:
             i += 1
             continue
         if eq:
-            text: str | None = inline
+            text = inline
             i += 1
         elif i + 1 < len(tokens) and not _takes_no_value(tokens[i + 1][0]):
             text = tokens[i + 1][0]
@@ -462,95 +460,3 @@ def _merge(
     if legacy:
         merged = {**legacy_to_config(legacy)[0], **(merged or {})}
     return merged
-
-
-def legacy_to_config(legacy: dict[str, Any]) -> tuple[dict[str, Any], list[Finding]]:
-    """Legacy flags as a ``--speculative-config`` object, keeping V0's meaning where defaults changed."""
-    cfg: dict[str, Any] = {}
-    notes: list[Finding] = []
-    for flag, value in legacy.items():
-        cfg[K.LEGACY_FLAG_KEYS[flag]] = value
-    if cfg.get("model") in ("[ngram]", "ngram"):
-        cfg.pop("model")
-        cfg = {"method": "ngram", **cfg}
-        if "prompt_lookup_max" in cfg and "prompt_lookup_min" not in cfg:
-            cfg["prompt_lookup_min"] = V0_PROMPT_LOOKUP_MIN
-            notes.append(
-                Finding(
-                    key="prompt_lookup_min",
-                    severity="info",
-                    rule="V0 default 1; V1 copies the max",
-                    message="added prompt_lookup_min=1: V0 defaulted it to 1, V1 would copy the max",
-                )
-            )
-    elif cfg.get("model"):
-        cfg = {"method": resolve_method(cfg), **cfg}
-    return cfg, notes
-
-
-def config_json(cfg: dict[str, Any]) -> str:
-    return json.dumps(cfg, separators=(",", ":"))
-
-
-def _spec_arg_text(flag: str, value: Any, version: K.Version) -> str | None:
-    """``value`` as text the ``--spec-*`` option's argparse type reads back to the same setting, or None when it
-    cannot (it then stays in the JSON, where pydantic sees it as written)."""
-    if flag == "--spec-tokens":
-        # type=int: a boolean is written as the integer pydantic's lax int reads it as (true -> 1), never "True".
-        return str(int(value)) if isinstance(value, int) else None
-    if not isinstance(value, str) or value in _NONE_TEXTS or value.startswith("-"):
-        return None  # '' and 'None' would read as unset; a leading '-' as an option or a dotted key
-    if flag == "--spec-method" and value not in K.methods_for(version):
-        return None  # not among the choices: argparse would refuse what the JSON path lets pydantic judge
-    return value
-
-
-def to_spec_args(cfg: dict[str, Any], version: K.Version) -> list[str] | None:
-    """``--spec-method/--spec-model/--spec-tokens`` (0.22+), the other keys left in ``--speculative-config``.
-
-    A value moves to its flag only where vLLM would read the flag back as the same setting; a key that another
-    spelling ('num-speculative-tokens') also sets stays in the JSON, where vLLM resolves the two as before.
-    """
-    if not K.surface_for(version).spec_args:
-        return None
-    argv: list[str] = []
-    rest = dict(cfg)
-    for flag, key in K.SPEC_ARG_KEYS.items():
-        if key not in rest or any(k != key and k.replace("-", "_") == key for k in rest):
-            continue
-        text = _spec_arg_text(flag, rest[key], version)
-        if text is not None:
-            argv += [flag, text]
-            rest.pop(key)
-    if rest or not argv:  # an empty object is a config too: vLLM refuses it, where no flag means speculation off
-        argv += [SPEC_CONFIG_FLAG, config_json(rest)]
-    return argv
-
-
-def to_legacy_flags(cfg: dict[str, Any]) -> tuple[list[str], list[Finding]]:
-    """The pre-0.8.3 flags for a config, for reading it next to an old runbook."""
-    by_key = {key: flag for flag, key in K.LEGACY_FLAG_KEYS.items()}
-    argv: list[str] = []
-    missing: list[Finding] = []
-    rest = dict(cfg)
-    method = rest.pop("method", None)
-    if method == "ngram":
-        argv += ["--speculative-model", "[ngram]"]
-    elif method not in (None, "draft_model"):
-        missing.append(
-            Finding(
-                key="method",
-                severity="info",
-                rule="legacy flags predate this method",
-                message=f"method '{method}' has no legacy flag form",
-            )
-        )
-    for key, value in rest.items():
-        flag = by_key.get(key)
-        if flag is None:
-            missing.append(Finding(key=key, severity="info", rule="no legacy flag", message=f"'{key}' has no legacy flag"))
-        elif flag in K.LEGACY_BOOLEAN_FLAGS:
-            argv += [flag] if value else []
-        else:
-            argv += [flag, str(value)]
-    return argv, missing

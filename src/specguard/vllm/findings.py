@@ -1,4 +1,4 @@
-"""One finding of a preflight check: what is wrong, by which rule, and how to fix it."""
+"""One finding against a vLLM rule: what is wrong, by which rule, and how to fix it (preflight, sizing, command lines)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,25 @@
+"""What the check runner needs to start a plan's launched arms, and nothing of where it comes from.
+
+A ``Launcher`` is a vLLM runtime's serve command and environment plus each launched arm's server spec with
+every model name already resolved. The runner asks a ``LaunchResolver`` for one only when a launched block is
+about to run (a resumed check whose launched blocks are done installs nothing); ``embedded/launch.py``
+provides the resolver that knows the embedded runtime and ``embedded:`` model names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specguard.check.plan import CheckPlan
+from specguard.vllm.server_spec import ServerSpec
+
+
+@dataclass(frozen=True)
+class Launcher:
+    serve_argv: list[str]
+    env: dict[str, str]
+    specs: dict[str, ServerSpec]  # launched arm name -> its spec; the runner sets the port
+
+
+LaunchResolver = Callable[[CheckPlan, Callable[[str], None]], Launcher]
