@@ -24,6 +24,8 @@ Repetition = Sequence[Sequence[float]]
 
 DEFAULT_RESAMPLES = 2000
 MIN_TAIL_SAMPLES = 5
+# The change the sample-size advice sizes for when no objective names one (a check passes its min_improvement).
+DEFAULT_TARGET_CHANGE = 0.10
 
 
 class RatioResult(BaseModel):
@@ -156,7 +158,7 @@ def compare_percentile(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
-    target_change: float = 0.10,
+    target_change: float = DEFAULT_TARGET_CHANGE,
     min_tail: int = MIN_TAIL_SAMPLES,
 ) -> RatioResult:
     """candidate/baseline of the q-quantile with a 95 % percentile-bootstrap interval.
@@ -213,7 +215,8 @@ def compare_percentile(
         need = max(math.ceil((min_samples(q, min_tail) - min(vb, vc)) / per_request), 0)
     else:
         half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
-        target_log = math.log(1 + target_change)
+        # A zero target cannot size anything (any change counts): size for the default change then.
+        target_log = math.log(1 + (target_change if target_change > 0 else DEFAULT_TARGET_CHANGE))
         need = max(math.ceil(n * (half_log / target_log) ** 2) - n, 0) if math.isfinite(half_log) else 0
     mw_p: float | None = None
     prob_lower: float | None = None

@@ -26,7 +26,6 @@ from typing import Literal
 
 from specguard.check.plan import Arm, CheckPlan
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
-from specguard.check.verdict import Failure
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import VllmRuntime, ensure_runtime
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
@@ -38,6 +37,7 @@ from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server, server_root
+from specguard.verdict import Failure
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import ServerSpec, redact_argv
 
