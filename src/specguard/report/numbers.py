@@ -19,9 +19,9 @@ def fmt_range(lo: float | None, hi: float | None, digits: int = 2, sep: str = "-
     return f"{fmt(lo, digits)}{sep}{fmt(hi, digits)}"
 
 
-def fmt_percent(x: float | None, digits: int = 1) -> str:
-    """A fraction as a percentage: 0.031 -> "3.1 %"."""
-    return MISSING if x is None or math.isnan(x) else f"{100 * x:.{digits}f} %"
+def fmt_percent(x: float | None, digits: int = 1, unit: str = " %") -> str:
+    """A fraction as a percentage: 0.031 -> "3.1 %" (``unit="%"`` for the compact "3.1%")."""
+    return MISSING if x is None or math.isnan(x) else f"{100 * x:.{digits}f}{unit}"
 
 
 def fmt_samples(enough: bool, more_requests_needed: int) -> str:
