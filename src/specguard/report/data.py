@@ -1,9 +1,9 @@
 """The report data model: everything a check report shows, finished, so that renderers only render.
 
-Built once by the check side (``specguard.check.report.build_report_data``),
+Built once by the check side (``build_report_data`` in check/report.py),
 the only code that reads run directories for a report; ``render_markdown``,
 ``render_html`` and ``render_terminal`` are pure functions of it. Nothing
-here imports from ``specguard.check``.
+under report/ imports from the check package (tests/unit/test_report.py checks).
 """
 
 from __future__ import annotations
