@@ -246,18 +246,10 @@ def compare(
 
 
 def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
-    colour = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}[v.verdict]
-    console = Console()
-    console.print(f"[bold {colour}]{v.verdict}[/bold {colour}]  ({v.objective})")
-    for r in v.reasons:
-        console.print(f"  - {r}", highlight=False)
-    for line in v.lines:
-        console.print(f"  {line.traffic:>10} / {line.sampling} / {line.segment}: {line.status}: {line.text}", highlight=False)
-    for c in v.crossover:
-        console.print(f"  crossover: {c}", highlight=False)
-    for w in v.warnings:
-        console.print(f"  [yellow]warning[/yellow] {w}", highlight=False)
-    console.print(f"report: {out / 'report.html'}  (also report.md, verdict.json)")
+    from specguard.report.verdict_terminal import render_terminal
+    from specguard.results.check_dir import CheckDir
+
+    Console().print(render_terminal(v, str(CheckDir(out).report_html)), highlight=False)
 
 
 def exit_code_meaning(code: int) -> str:

@@ -70,6 +70,18 @@ def test_too_few_samples_say_how_many_more():
     assert min_samples(0.99) == 500 and min_samples(0.95) == 100 and min_samples(0.5) == 10
 
 
+def test_more_requests_are_sized_for_the_target_change():
+    """Past the tail rule, the advice narrows the interval to the change that counts: half the change, 4x the requests."""
+    rng = np.random.default_rng(8)
+    base, cand = [per_request(rng.lognormal(3, 0.5, 300))], [per_request(rng.lognormal(3, 0.5, 300))]
+    need = {t: compare_percentile(base, cand, 0.5, target_change=t).more_requests_needed for t in (0.02, 0.04, 0.5)}
+    assert need[0.02] > need[0.04] > 0 and need[0.5] == 0
+    assert (need[0.02] + 300) / (need[0.04] + 300) == pytest.approx((np.log(1.04) / np.log(1.02)) ** 2, rel=0.02)
+    # a zero target sizes for the default change instead of dividing by zero
+    zero = compare_percentile(base, cand, 0.5, target_change=0.0).more_requests_needed
+    assert zero == compare_percentile(base, cand, 0.5).more_requests_needed
+
+
 def test_disagreeing_repetitions_widen_the_interval():
     rng = np.random.default_rng(9)
     # each candidate repetition has its own level (e.g. a noisy neighbour in one block)

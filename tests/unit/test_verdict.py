@@ -4,7 +4,7 @@ import pytest
 
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.check.plan import Guardrails, Objective
-from specguard.check.verdict import CellComparison, Failure, decide
+from specguard.verdict import CellComparison, Failure, decide
 
 
 def rr(ratio, lo, hi, enough=True, n=1000, more=0):
@@ -51,31 +51,41 @@ def run(cells, failures=()):
     return decide(cells, Objective(), Guardrails(), failures)
 
 
+def codes(v):
+    return [r.code for r in v.reasons]
+
+
 def test_go_when_the_objective_improves_significantly_and_nothing_regresses():
     v = run([cell(), cell(target=False, traffic="burst", load=8, obj=SAME)])
-    assert v.verdict == "GO"
+    assert v.verdict == "GO" and codes(v) == ["go"]
     assert [line.status for line in v.lines] == ["better", "no detectable difference"]
 
 
 def test_improvement_without_significance_is_no_go():
     v = run([cell(obj=rr(0.85, 0.7, 1.02))])
-    assert v.verdict == "NO-GO" and "no detectable improvement" in v.reasons[0]
+    assert v.verdict == "NO-GO" and codes(v) == ["objective_no_difference"]
+    r = v.reasons[0]
+    assert r.cell == "steady / prod / chat" and r.metric == "p95 itl_ms"
+    assert r.numbers == pytest.approx({"gain": 0.15, "ci_low": -0.02, "ci_high": 0.30})
 
 
 def test_significant_but_below_the_minimum_is_no_go():
     v = run([cell(obj=rr(0.95, 0.92, 0.98))])
-    assert v.verdict == "NO-GO" and "less than the 10%" in v.reasons[0]
+    assert v.verdict == "NO-GO" and codes(v) == ["objective_below_minimum"]
+    assert v.reasons[0].numbers["min_improvement"] == 0.10 and v.reasons[0].numbers["gain"] == pytest.approx(0.05)
 
 
 def test_worse_objective_at_target_is_no_go():
     v = run([cell(obj=rr(1.3, 1.2, 1.4))])
-    assert v.verdict == "NO-GO" and "is worse" in v.reasons[0]
+    assert v.verdict == "NO-GO" and codes(v) == ["objective_worse"]
     assert v.lines[0].status == "worse"
 
 
 def test_tail_regression_at_any_level_is_no_go():
     v = run([cell(), cell(target=False, traffic="burst", load=8, e2e=rr(1.4, 1.2, 1.6))])
-    assert v.verdict == "NO-GO" and v.reasons[0].startswith("P99 E2E regressed at burst")
+    assert v.verdict == "NO-GO" and codes(v) == ["guardrail_regressed"]
+    r = v.reasons[0]
+    assert r.metric == "P99 E2E" and r.cell.startswith("burst") and r.numbers["ratio"] == 1.4 and r.numbers["budget"] == 0.05
     # a rise within the budget, or one whose interval includes no change, is not a regression
     assert run([cell(ttft=rr(1.04, 1.01, 1.08))]).verdict == "GO"
     assert run([cell(ttft=rr(1.2, 0.9, 1.5))]).verdict == "GO"
@@ -83,36 +93,42 @@ def test_tail_regression_at_any_level_is_no_go():
 
 def test_error_increase_beyond_budget_is_no_go():
     v = run([cell(err=(0.0, 0.05))])
-    assert v.verdict == "NO-GO" and "error rate rose" in v.reasons[0]
+    assert v.verdict == "NO-GO" and codes(v) == ["error_rate_rose"]
+    assert v.reasons[0].numbers == {"baseline": 0.0, "candidate": 0.05, "budget": 0.01}
     assert run([cell(err=(0.0, 0.005))]).verdict == "GO"
 
 
 def test_preemption_increase_is_no_go():
-    assert run([cell(pre=(0, 3))]).verdict == "NO-GO"
+    v = run([cell(pre=(0, 3))])
+    assert v.verdict == "NO-GO" and codes(v) == ["preemptions_rose"] and v.reasons[0].numbers["candidate"] == 3
 
 
 @pytest.mark.parametrize("kind", ["oom", "crash"])
 def test_oom_or_crash_is_no_go_whatever_else(kind):
     v = run([cell()], failures=[Failure(arm="candidate", kind=kind, detail="exit 137")])
     assert v.verdict == "NO-GO"
-    assert ("ran out of memory" if kind == "oom" else "crashed") in v.reasons[0]
+    assert codes(v) == [f"server_{kind}"]
 
 
 def test_too_few_samples_is_inconclusive_and_says_how_many_more():
     v = run([cell(obj=rr(0.7, 0.5, 0.9, enough=False, n=12, more=300))])
-    assert v.verdict == "INCONCLUSIVE" and "300 more requests" in v.reasons[0]
+    assert v.verdict == "INCONCLUSIVE" and codes(v) == ["objective_undersampled"]
+    assert v.reasons[0].numbers == {"more_requests_needed": 300}
     v = run([cell(e2e=rr(1.0, 0.8, 1.3, enough=False, n=80, more=420))])
-    assert v.verdict == "INCONCLUSIVE" and "P99 E2E" in v.reasons[0] and "420 more" in v.reasons[0]
+    assert v.verdict == "INCONCLUSIVE" and codes(v) == ["guardrail_unverified"]
+    assert v.reasons[0].metric == "P99 E2E" and v.reasons[0].numbers == {"requests_per_arm": 80, "more_requests_needed": 420}
 
 
 def test_no_go_outranks_inconclusive_and_keeps_both_reasons():
     v = run([cell(obj=rr(1.3, 1.2, 1.4)), cell(segment="code", e2e=rr(1.0, 0.8, 1.3, enough=False, more=50))])
-    assert v.verdict == "NO-GO" and any(r.startswith("also:") for r in v.reasons)
+    assert v.verdict == "NO-GO" and codes(v) == ["objective_worse", "guardrail_unverified"]
+    assert [r.secondary for r in v.reasons] == [False, True]
+    assert v.reason_texts[1].startswith("also:")
 
 
 def test_every_target_segment_must_improve():
     v = run([cell(segment="extraction"), cell(segment="chat", obj=SAME)])
-    assert v.verdict == "NO-GO" and "chat" in v.reasons[0]
+    assert v.verdict == "NO-GO" and codes(v) == ["objective_no_difference"] and v.reasons[0].cell.endswith("chat")
 
 
 def test_throughput_objective_is_higher_is_better():
@@ -140,3 +156,19 @@ def test_crossover_is_named_and_warnings_do_not_change_the_verdict():
     assert v.crossover == ["prod / chat: speculation stops paying at 'burst' (offered load 8): worse"]
     text = " ".join(v.warnings)
     assert "acceptance rate 0.30" in text and "KV-cache usage rose" in text and "send lag" in text
+
+
+def test_nothing_measured_is_never_go():
+    v = run([])
+    assert v.verdict == "INCONCLUSIVE" and codes(v) == ["no_cell_measured"]
+    # a failure still outranks it: NO-GO, for the failure alone
+    v = run([], failures=[Failure(arm="baseline", kind="crash", detail="exit 1")])
+    assert v.verdict == "NO-GO" and codes(v) == ["server_crash"]
+
+
+def test_many_unverified_guardrails_are_counted_not_listed():
+    few = rr(1.0, 0.8, 1.3, enough=False, n=80, more=420)
+    v = run([cell(segment=f"s{i}", e2e=few, ttft=few) for i in range(3)])
+    assert v.verdict == "INCONCLUSIVE"
+    assert codes(v) == ["guardrail_unverified"] * 4 + ["guardrails_unverified_more"]
+    assert v.reasons[-1].numbers == {"count": 2}

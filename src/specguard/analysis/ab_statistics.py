@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 from scipy import stats
 
-from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_TAIL_SAMPLES
+from specguard.analysis.defaults import DEFAULT_RESAMPLES, DEFAULT_TARGET_CHANGE, MIN_TAIL_SAMPLES
 
 # One repetition: one list of values per request (a single value for per-request metrics).
 Repetition = Sequence[Sequence[float]]
@@ -148,6 +148,72 @@ def repetitions_disagree(logs: Sequence[float], pooled_se_log: float) -> bool:
     return float(stats.chi2.sf(q_stat, r - 1)) < 0.05
 
 
+def _undefined(pb: float, pc: float, nb: int, nc: int) -> RatioResult:
+    """No ratio: an arm without requests, or a baseline percentile of zero."""
+    return RatioResult(
+        baseline=pb,
+        candidate=pc,
+        ratio=math.nan,
+        ci_low=math.nan,
+        ci_high=math.nan,
+        n_baseline=nb,
+        n_candidate=nc,
+        enough_samples=False,
+        more_requests_needed=0,
+        mann_whitney_p=None,
+        prob_candidate_lower=None,
+        repetition_spread_widened=False,
+    )
+
+
+def _interval(replicates: np.ndarray) -> tuple[float, float]:
+    return float(np.percentile(replicates, 2.5)), float(np.percentile(replicates, 97.5))
+
+
+def _ratio_interval(rb: np.ndarray, rc: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """The finite replicate ratios and their 95 % percentile interval."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = rc / rb
+    ratios = ratios[np.isfinite(ratios)]
+    lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
+    return ratios, lo, hi
+
+
+def _widen_for_repetitions(
+    base: Sequence[Repetition], cand: Sequence[Repetition], q: float, ratios: np.ndarray, lo: float, hi: float
+) -> tuple[float, float, bool]:
+    """When repetitions disagree beyond request-level noise, hull the interval with a t-interval over them."""
+    logs = _repetition_log_ratios(base, cand, q)
+    positive = ratios[ratios > 0]
+    if logs is None or positive.size <= 1 or not repetitions_disagree(logs, float(np.std(np.log(positive)))):
+        return lo, hi, False
+    mean = float(np.mean(logs))
+    half = float(stats.t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
+    return min(lo, math.exp(mean - half)), max(hi, math.exp(mean + half)), True
+
+
+def _more_requests(n: int, values: int, q: float, min_tail: int, enough: bool, lo: float, hi: float, target_change: float) -> int:
+    """More requests per arm: for the tail rule when short of it, else to narrow the interval to ``target_change``."""
+    if not enough:
+        # Below the tail rule the interval itself is unreliable: what is missing is tail observations.
+        per_request = values / n if n else 1.0
+        return max(math.ceil((min_samples(q, min_tail) - values) / per_request), 0)
+    half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
+    # A zero target cannot size anything (any change counts): size for the default change then.
+    target_log = math.log(1 + (target_change if target_change > 0 else DEFAULT_TARGET_CHANGE))
+    return max(math.ceil(n * (half_log / target_log) ** 2) - n, 0) if math.isfinite(half_log) else 0
+
+
+def _rank_test(base: Sequence[Repetition], cand: Sequence[Repetition]) -> tuple[float | None, float | None]:
+    """(Mann-Whitney p, probability that a candidate request is lower), on one value per request."""
+    xb, xc = _per_request_summary(base), _per_request_summary(cand)
+    if len(xb) < 2 or len(xc) < 2:
+        return None, None
+    res = stats.mannwhitneyu(xc, xb, alternative="two-sided")
+    # U counts pairs where the candidate is larger; ties count half.
+    return float(res.pvalue), 1.0 - float(res.statistic) / (len(xb) * len(xc))
+
+
 def compare_percentile(
     base: Sequence[Repetition],
     cand: Sequence[Repetition],
@@ -155,7 +221,7 @@ def compare_percentile(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
-    target_change: float = 0.10,
+    target_change: float = DEFAULT_TARGET_CHANGE,
     min_tail: int = MIN_TAIL_SAMPLES,
 ) -> RatioResult:
     """candidate/baseline of the q-quantile with a 95 % percentile-bootstrap interval.
@@ -173,60 +239,19 @@ def compare_percentile(
     rng = np.random.default_rng(seed)
     pb, rb, nb, vb = bootstrap_percentile(base, q, resamples, rng)
     pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
+    if nb == 0 or nc == 0 or pb <= 0:
+        return _undefined(pb, pc, nb, nc)
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
-    if nb == 0 or nc == 0 or pb <= 0:
-        return RatioResult(
-            baseline=pb,
-            candidate=pc,
-            ratio=math.nan,
-            ci_low=math.nan,
-            ci_high=math.nan,
-            n_baseline=nb,
-            n_candidate=nc,
-            enough_samples=False,
-            more_requests_needed=0,
-            mann_whitney_p=None,
-            prob_candidate_lower=None,
-            repetition_spread_widened=False,
-        )
-    base_ci = (float(np.percentile(rb, 2.5)), float(np.percentile(rb, 97.5)))
-    cand_ci = (float(np.percentile(rc, 2.5)), float(np.percentile(rc, 97.5)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = rc / rb
-    ratios = ratios[np.isfinite(ratios)]
-    lo, hi = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
-    widened = False
-    logs = _repetition_log_ratios(base, cand, q)
-    positive = ratios[ratios > 0]
-    if logs is not None and positive.size > 1 and repetitions_disagree(logs, float(np.std(np.log(positive)))):
-        # Run-level interval: a t-interval over the repetitions' log-ratios, hulled with the bootstrap one.
-        mean = float(np.mean(logs))
-        half = float(stats.t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / math.sqrt(len(logs)))
-        lo, hi = min(lo, math.exp(mean - half)), max(hi, math.exp(mean + half))
-        widened = True
-    n = min(nb, nc)
-    if not enough:
-        # Below the tail rule the interval itself is unreliable: what is missing is tail observations.
-        per_request = min(vb, vc) / n if n else 1.0
-        need = max(math.ceil((min_samples(q, min_tail) - min(vb, vc)) / per_request), 0)
-    else:
-        half_log = (math.log(hi) - math.log(lo)) / 2 if lo > 0 and hi > 0 else math.inf
-        target_log = math.log(1 + target_change)
-        need = max(math.ceil(n * (half_log / target_log) ** 2) - n, 0) if math.isfinite(half_log) else 0
-    mw_p: float | None = None
-    prob_lower: float | None = None
-    xb, xc = _per_request_summary(base), _per_request_summary(cand)
-    if len(xb) >= 2 and len(xc) >= 2:
-        res = stats.mannwhitneyu(xc, xb, alternative="two-sided")
-        mw_p = float(res.pvalue)
-        # U counts pairs where the candidate is larger; ties count half.
-        prob_lower = 1.0 - float(res.statistic) / (len(xb) * len(xc))
+    ratios, lo, hi = _ratio_interval(rb, rc)
+    lo, hi, widened = _widen_for_repetitions(base, cand, q, ratios, lo, hi)
+    need = _more_requests(min(nb, nc), min(vb, vc), q, min_tail, enough, lo, hi, target_change)
+    mw_p, prob_lower = _rank_test(base, cand)
     return RatioResult(
         baseline=pb,
         candidate=pc,
-        baseline_ci=base_ci,
-        candidate_ci=cand_ci,
+        baseline_ci=_interval(rb),
+        candidate_ci=_interval(rc),
         ratio=pc / pb,
         ci_low=lo,
         ci_high=hi,

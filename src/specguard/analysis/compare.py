@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from scipy import stats
 
 from specguard.analysis.ab_statistics import RatioResult, Repetition, compare_percentile
-from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_TAIL_SAMPLES
+from specguard.analysis.defaults import DEFAULT_RESAMPLES, DEFAULT_TARGET_CHANGE, MIN_TAIL_SAMPLES
+from specguard.analysis.definitions import COMPARISON_DEFINITIONS
 from specguard.analysis.request_metrics import per_token_itl, tpot
 from specguard.results.models import RequestRecord, RunInfo
 
@@ -33,15 +34,7 @@ class Comparison(BaseModel):
     itl_ms: dict[str, RatioResult] | None = None
     tpot_ms: dict[str, RatioResult] | None = None
     e2e_ms: dict[str, RatioResult] | None = None
-    definitions: dict[str, str] = {
-        "ratio": "candidate / baseline of the percentile; below 1 means the candidate is faster",
-        "ci_low/ci_high": "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions",
-        "baseline_ci/candidate_ci": "95 % percentile-bootstrap interval of each arm's own percentile",
-        "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
-        "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
-        "more_requests_needed": "more requests per arm: to reach 5 observations beyond the percentile, or, past that, "
-        "to narrow the interval to +-10 % at the observed spread",
-    }
+    definitions: dict[str, str] = Field(default_factory=lambda: dict(COMPARISON_DEFINITIONS))
 
     @property
     def metrics(self) -> dict[str, dict[str, RatioResult]]:
@@ -102,6 +95,7 @@ def compare_repetitions(
     seed: int = 0,
     resamples: int = DEFAULT_RESAMPLES,
     min_tail: int = MIN_TAIL_SAMPLES,
+    target_change: float = DEFAULT_TARGET_CHANGE,
 ) -> dict[str, dict[str, RatioResult]]:
     """Every metric x percentile: candidate/baseline with interval, over one or more repetitions per arm."""
     out: dict[str, dict[str, RatioResult]] = {}
@@ -110,7 +104,9 @@ def compare_repetitions(
         c = [metric_values(rep, metric) for rep in cand]
         out[metric] = {}
         for name, q in QUANTILES.items():
-            out[metric][name] = compare_percentile(b, c, q, seed=seed, resamples=resamples, min_tail=min_tail)
+            out[metric][name] = compare_percentile(
+                b, c, q, seed=seed, resamples=resamples, min_tail=min_tail, target_change=target_change
+            )
     return out
 
 

@@ -9,3 +9,5 @@ from __future__ import annotations
 DEFAULT_RESAMPLES = 2000
 MIN_RESAMPLES = 100
 MIN_TAIL_SAMPLES = 5
+# The change the sample-size advice sizes for when no objective names one (a check passes its min_improvement).
+DEFAULT_TARGET_CHANGE = 0.10

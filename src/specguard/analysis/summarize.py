@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.percentiles import percentiles
-from specguard.analysis.request_metrics import DEFINITIONS, inter_chunk_gaps, per_token_itl, tpot
+from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl, tpot
 from specguard.results.models import GaugeSeries, MetricsSample, RequestRecord, Summary
 from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
 
@@ -143,7 +144,7 @@ def summarize(
         scrape_gaps=gaps_count,
         notes=notes,
         warnings=warnings,
-        definitions=DEFINITIONS,
+        definitions=METRIC_DEFINITIONS,
     )
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
 from specguard.check.plan import CheckPlan
-from specguard.check.verdict import CellComparison
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
+from specguard.verdict import CellComparison
 
 _CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
 
@@ -26,11 +26,6 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
     return sum(a.accepted_tokens for a in accs) / drafted if drafted > 0 else None
 
 
-def rep_dirs(out: Path, arm: str, key: str, repetitions: int) -> list[Path]:
-    dirs = [CheckDir(out).run_dir(arm, r, key) for r in range(1, repetitions + 1)]
-    return [d for d in dirs if (d / "summary.json").exists()]
-
-
 def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
     cells: list[CellComparison] = []
     for traffic in plan.traffic:
@@ -40,7 +35,7 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                 records: dict[str, list[list[RequestRecord]]] = {}
                 summaries: dict[str, list[Summary]] = {}
                 for arm in ARMS:
-                    dirs = rep_dirs(out, arm, key, plan.repetitions)
+                    dirs = CheckDir(out).measured_runs(arm, key, plan.repetitions)
                     records[arm] = [load_run(d)[1] for d in dirs]
                     summaries[arm] = [load_summary(d) for d in dirs]
                 if not records["baseline"] or not records["candidate"]:
@@ -50,7 +45,13 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                     b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
                     c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
                     m = compare_repetitions(
-                        b, c, seed=plan.seed, resamples=plan.statistics.resamples, min_tail=plan.statistics.min_tail_samples
+                        b,
+                        c,
+                        seed=plan.seed,
+                        resamples=plan.statistics.resamples,
+                        min_tail=plan.statistics.min_tail_samples,
+                        # the sample-size advice sizes for the change the objective counts
+                        target_change=plan.objective.min_improvement,
                     )
                     if plan.objective.metric == "output_tokens_per_s":
                         objective = throughput_ratio(

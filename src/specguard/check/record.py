@@ -6,23 +6,13 @@ from pydantic import BaseModel, Field
 
 from specguard import __version__
 from specguard.check.plan import CheckPlan
-from specguard.check.verdict import Failure
-from specguard.inventory.model import Inventory
+from specguard.inventory.arm import ArmInventory
+from specguard.verdict import Failure
+
+__all__ = ["ArmInventory", "CheckRecord", "CheckState"]
 
 CHECK_SCHEMA = "specguard.check/1"
 STATE_SCHEMA = "specguard.check_state/1"
-
-
-class ArmInventory(BaseModel):
-    arm: str
-    kind: str
-    model: str
-    vllm_version: str | None = None
-    speculative_config: dict[str, object] | None = None
-    max_model_len: int | None = None
-    hardware: dict[str, str] = {}
-    command: list[str] | None = None
-    pinned: Inventory | None = Field(default=None, description="the Gate 3 inventory, recorded when the arm first ran")
 
 
 class CheckRecord(BaseModel):

@@ -1,39 +1,35 @@
 """A check's results on disk: check.json (what ran), verdict.json, report.md and a self-contained report.html.
 
 ``specguard report DIR`` rebuilds all three from check.json and the stored
-runs, so the numbers in a report can always be recomputed.
+runs, so the numbers in a report can always be recomputed. ``build_report_data``
+is the one place that gathers a report's data (with ``aggregate`` and
+``series``, the only readers of run directories); the renderers under
+``specguard.report`` are pure functions of what it returns.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.analysis.request_metrics import DEFINITIONS
+from specguard.analysis.definitions import METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
-from specguard.check.verdict import CellComparison, Verdict, decide
+from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
-from specguard.inventory.model import InventoryDiff
+from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
+from specguard.report.html import render_html
+from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RunInfo
-from specguard.results.store import SUMMARY_FILE, load_or_recompute_summary, read_json
+from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
+from specguard.verdict import decide
 
-VERDICT_SCHEMA = "specguard.verdict/1"
+__all__ = ["VERDICT_SCHEMA", "VerdictFile", "build_report_data", "build_verdict", "load_check", "write_outputs"]
+
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}
-
-
-class VerdictFile(Verdict):
-    schema_version: str = VERDICT_SCHEMA
-    plan: str
-    exit_code: int
-    inventory: dict[str, ArmInventory]
-    inventory_diff: InventoryDiff | None = None
-    cells: list[CellComparison]
-    commands: list[str]
-    definitions: dict[str, str]
 
 
 def load_check(out: Path) -> CheckRecord:
@@ -63,7 +59,7 @@ def missing_runs(record: CheckRecord, out: Path) -> list[str]:
                 for smp in plan.sampling:
                     for i in range(len(plan.prompts)):
                         key = cell_key(t.name, smp.name, i)
-                        if not (d.run_dir(arm, rep, key) / SUMMARY_FILE).exists():
+                        if not d.has_summary(arm, rep, key):
                             missing.append(f"run {arm}/rep{rep}/{key}")
     return missing
 
@@ -83,16 +79,16 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     """The inventory as the servers reported it: version from /version, cache layout from cache_config_info."""
     inventory = {}
     for arm, inv in record.inventory.items():
-        runs = [p / "run.json" for p in CheckDir(out).arm_runs(arm)]
+        runs = CheckDir(out).arm_runs(arm)
         if runs:
-            info = read_json(runs[0], RunInfo)
+            info = read_json(runs[0] / RUN_FILE, RunInfo)
             cache = info.cache_config or {}
             update: dict[str, object] = {
                 "vllm_version": info.server_version,
                 "hardware": {k: cache[k] for k in _HARDWARE_KEYS if k in cache},
             }
             if inv.pinned is not None:
-                prompt, output = lengths_from_runs([p.parent for p in runs])
+                prompt, output = lengths_from_runs(runs)
                 update["pinned"] = inv.pinned.model_copy(update={"mean_prompt_tokens": prompt, "mean_output_tokens": output})
             inv = inv.model_copy(update=update)
         inventory[arm] = inv
@@ -100,29 +96,33 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
 
 
 def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
+    """verdict.json of a complete check, decided from its stored runs."""
     plan = record.plan
     cells = cell_comparisons(plan, out)
     verdict = decide(cells, plan.objective, plan.guardrails, record.failures)
-    if not cells and verdict.verdict == "GO":
-        verdict = verdict.model_copy(update={"verdict": "INCONCLUSIVE", "reasons": ["no cell was measured on both arms"]})
-    defs = dict(DEFINITIONS)
-    defs["ratio"] = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s)"
-    defs["95% CI"] = "percentile bootstrap, requests resampled within repetitions (per-token ITL by request)"
     inventory = observed_inventory(record, out)
-    pinned = [inventory[a].pinned for a in ("baseline", "candidate") if a in inventory]
-    inv_diff = diff_inventories(pinned[0], pinned[1]) if len(pinned) == 2 and all(pinned) else None  # type: ignore[arg-type]
-    if inv_diff is not None:
-        verdict = verdict.model_copy(update={"warnings": verdict.warnings + inv_diff.warnings})
+    base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
+    inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
+    warnings = verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
     return VerdictFile(
-        **verdict.model_dump(),
+        **verdict.model_dump(exclude={"reasons", "warnings"}),
+        reasons=verdict.reason_texts,
+        reason_details=verdict.reasons,
+        warnings=warnings,
         plan=plan.name,
         exit_code=EXIT_CODES[verdict.verdict],
         inventory=inventory,
         inventory_diff=inv_diff,
         cells=cells,
         commands=commands(record, out),
-        definitions=defs,
+        definitions=check_definitions(),
     )
+
+
+def build_report_data(record: CheckRecord, out: Path) -> ReportData:
+    """Everything the report shows: the verdict and the chart series, gathered once from the stored runs."""
+    v = build_verdict(record, out)
+    return ReportData(verdict=v, charts=charts(record.plan, out, v.cells), out=str(out))
 
 
 def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:
@@ -133,9 +133,6 @@ def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:
 
 def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> VerdictFile:
     """verdict.json, report.md and report.html of a complete check; existing ones are replaced only with ``force``."""
-    from specguard.report.html import render_html
-    from specguard.report.markdown import render_markdown
-
     d = CheckDir(out)
     missing = missing_runs(record, out)
     if missing:
@@ -145,11 +142,11 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
             f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'"
         )
     _refuse_existing(d.outputs, force)
-    v = build_verdict(record, out)
-    d.verdict_json.write_text(v.model_dump_json(indent=2))
-    d.report_md.write_text(render_markdown(v))
-    d.report_html.write_text(render_html(v, record, out))
-    return v
+    data = build_report_data(record, out)
+    d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
+    d.report_md.write_text(render_markdown(data))
+    d.report_html.write_text(render_html(data))
+    return data.verdict
 
 
 def partial_report(record: CheckRecord, out: Path) -> PartialReport:
@@ -164,7 +161,7 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         out=str(out),
         missing=missing_runs(record, out),
         runs=runs,
-        definitions=dict(DEFINITIONS),
+        definitions=dict(METRIC_DEFINITIONS),
     )
 
 

@@ -26,7 +26,6 @@ from typing import Literal
 from specguard.check.launch import Launcher, LaunchResolver
 from specguard.check.plan import Arm, CheckPlan
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
-from specguard.check.verdict import Failure
 from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.loadgen.prompts import PromptSet, load_prompts
@@ -36,6 +35,7 @@ from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server
 from specguard.validation import api_key_from_env
+from specguard.verdict import Failure
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import redact_argv
 from specguard.vllm.urls import server_root

@@ -1,24 +1,20 @@
-"""report.html: one self-contained file (plotly.js inlined, no network) with the verdict and its evidence."""
+"""report.html: one self-contained file (plotly.js inlined, no network) with the verdict and its evidence.
+
+A pure function of ``ReportData``: it reads no run directory and computes no figure.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
-import plotly
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from specguard.analysis.compare import metric_values
-from specguard.check.aggregate import rep_dirs
+from specguard.report.data import Charts, ReportData
 from specguard.report.markdown import pinned_line
-from specguard.results.check_dir import ARMS, cell_key
-from specguard.results.store import load_run, load_summary
-
-if TYPE_CHECKING:
-    from specguard.check.report import CheckRecord, VerdictFile
+from specguard.report.numbers import fmt, fmt_percent, fmt_samples
 
 COLORS = {"baseline": "#636efa", "candidate": "#ef553b"}
 TEMPLATE = Path(__file__).with_name("templates") / "report.html.j2"
@@ -29,80 +25,31 @@ def _div(fig: go.Figure, name: str) -> str:
     return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=name, config={"displaylogo": False}))
 
 
-def latency_vs_load(v: VerdictFile, record: CheckRecord) -> str:
-    order = {t.name: t.offered_load for t in record.plan.traffic}
-    groups = sorted({(c.sampling, c.segment) for c in v.cells})
-    metric, pct = record.plan.objective.metric, record.plan.objective.percentile
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"{pct} {metric}", "p99 e2e_ms"))
-    for sampling, segment in groups:
-        cells = sorted((c for c in v.cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
-        x = [f"{c.traffic} ({order[c.traffic]:g})" for c in cells]
-        for arm in ARMS:
-            dash = "solid" if arm == "candidate" else "dot"
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[getattr(c.objective, arm) for c in cells],
-                    name=f"{arm} {sampling}/{segment}",
-                    line={"color": COLORS[arm], "dash": dash},
-                    legendgroup=arm,
-                ),
-                1,
-                1,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[getattr(c.p99_e2e, arm) for c in cells],
-                    showlegend=False,
-                    line={"color": COLORS[arm], "dash": dash},
-                    legendgroup=arm,
-                ),
-                1,
-                2,
-            )
+def latency_vs_load(c: Charts) -> str:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(c.objective_title, "p99 e2e_ms"))
+    for s in c.load_series:
+        line = {"color": COLORS[s.arm], "dash": "solid" if s.arm == "candidate" else "dot"}
+        name = f"{s.arm} {s.sampling}/{s.segment}"
+        fig.add_trace(go.Scatter(x=s.x, y=s.objective, name=name, line=line, legendgroup=s.arm), 1, 1)
+        fig.add_trace(go.Scatter(x=s.x, y=s.p99_e2e, showlegend=False, line=line, legendgroup=s.arm), 1, 2)
     fig.update_layout(title="Latency versus offered load")
     return _div(fig, "latency-vs-load")
 
 
-def _cell_dirs(record: CheckRecord, out: Path, arm: str, traffic: str, sampling: str) -> list[Path]:
-    """Every stored run of one arm at one traffic level and sampling setting: all prompt sources, all repetitions."""
-    plan = record.plan
-    return [d for i in range(len(plan.prompts)) for d in rep_dirs(out, arm, cell_key(traffic, sampling, i), plan.repetitions)]
-
-
-def distributions(record: CheckRecord, out: Path) -> str:
-    plan = record.plan
-    target = next(t for t in plan.traffic if t.target)
+def distributions(c: Charts) -> str:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("per-token ITL (ms)", "TPOT (ms)"))
-    for arm in ARMS:
-        itl: list[float] = []
-        tpot: list[float] = []
-        for s in plan.sampling:
-            for d in _cell_dirs(record, out, arm, target.name, s.name):
-                records = load_run(d)[1]
-                itl += [x for r in metric_values(records, "itl_ms") for x in r]
-                tpot += [x for r in metric_values(records, "tpot_ms") for x in r]
-        fig.add_trace(go.Box(y=itl[:20000], name=arm, marker_color=COLORS[arm], boxpoints=False), 1, 1)
-        fig.add_trace(go.Box(y=tpot, name=arm, marker_color=COLORS[arm], showlegend=False), 1, 2)
-    fig.update_layout(title=f"Distributions at the target level '{target.name}' (all sampling settings)")
+    for d in c.distributions:
+        fig.add_trace(go.Box(y=d.itl_ms, name=d.arm, marker_color=COLORS[d.arm], boxpoints=False), 1, 1)
+        fig.add_trace(go.Box(y=d.tpot_ms, name=d.arm, marker_color=COLORS[d.arm], showlegend=False), 1, 2)
+    fig.update_layout(title=f"Distributions at the target level '{c.target}' (all sampling settings)")
     return _div(fig, "distributions")
 
 
-def acceptance(record: CheckRecord, out: Path) -> str:
-    plan = record.plan
+def acceptance(c: Charts) -> str:
     fig = go.Figure()
-    for t in plan.traffic:
-        for s in plan.sampling:
-            per_pos: list[list[float]] = []
-            for d in _cell_dirs(record, out, "candidate", t.name, s.name):
-                acc = load_summary(d).acceptance
-                if acc is not None and acc.per_position:
-                    per_pos.append(acc.per_position)
-            if per_pos:
-                k = min(len(p) for p in per_pos)
-                mean = [sum(p[j] for p in per_pos) / len(per_pos) for j in range(k)]
-                fig.add_trace(go.Bar(x=[f"pos {j}" for j in range(k)], y=mean, name=f"{t.name} / {s.name}"))
+    for bars in c.acceptance:
+        x = [f"pos {j}" for j in range(len(bars.per_position))]
+        fig.add_trace(go.Bar(x=x, y=bars.per_position, name=bars.name))
     if not fig.data:
         fig.add_annotation(text="the candidate exposes no spec-decode counters", showarrow=False)
     fig.update_layout(
@@ -111,40 +58,31 @@ def acceptance(record: CheckRecord, out: Path) -> str:
     return _div(fig, "acceptance")
 
 
-def server_gauges(record: CheckRecord, out: Path) -> str:
-    plan = record.plan
-    target = next(t for t in plan.traffic if t.target)
+def server_gauges(c: Charts) -> str:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("KV-cache usage", "waiting requests"))
-    for arm in ARMS:
-        dirs = rep_dirs(out, arm, cell_key(target.name, plan.sampling[0].name, 0), plan.repetitions)
-        if not dirs:
-            continue
-        samples = [s for s in load_run(dirs[0])[2] if s.ok]
-        t = [s.t_s for s in samples]
-        fig.add_trace(
-            go.Scatter(x=t, y=[s.gauges.get("kv_cache_usage") for s in samples], name=arm, line={"color": COLORS[arm]}), 1, 1
-        )
-        fig.add_trace(
-            go.Scatter(x=t, y=[s.gauges.get("requests_waiting") for s in samples], showlegend=False, line={"color": COLORS[arm]}),
-            1,
-            2,
-        )
+    for g in c.gauges:
+        line = {"color": COLORS[g.arm]}
+        fig.add_trace(go.Scatter(x=g.t_s, y=g.kv_cache_usage, name=g.arm, line=line), 1, 1)
+        fig.add_trace(go.Scatter(x=g.t_s, y=g.requests_waiting, showlegend=False, line=line), 1, 2)
     fig.update_layout(
-        title=f"Server gauges over time (target level '{target.name}', first repetition)",
+        title=f"Server gauges over time (target level '{c.target}', first repetition)",
         xaxis_title="seconds",
         xaxis2_title="seconds",
     )
     return _div(fig, "server-gauges")
 
 
-def render_html(v: VerdictFile, record: CheckRecord, out: Path) -> str:
-    plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+def render_html(data: ReportData) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True)
-    charts = [latency_vs_load(v, record), distributions(record, out), acceptance(record, out), server_gauges(record, out)]
+    c = data.charts
+    charts = [latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
     return env.get_template(TEMPLATE.name).render(
-        v=v,
+        v=data.verdict,
         charts=charts,
-        plotly_js=plotly_js,
-        out=os.fspath(out),
+        plotly_js=get_plotlyjs(),
+        out=data.out,
         pinned_line=pinned_line,
+        fmt=fmt,
+        fmt_percent=fmt_percent,
+        fmt_samples=fmt_samples,
     )

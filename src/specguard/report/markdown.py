@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from specguard.inventory.model import Inventory, ModelIdentity
-
-if TYPE_CHECKING:
-    from specguard.check.report import VerdictFile
-
-
-def _f(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
+from specguard.report.data import ReportData
+from specguard.report.numbers import fmt, fmt_range, fmt_samples
 
 
 def pinned_line(p: Inventory) -> str:
@@ -30,7 +23,8 @@ def pinned_line(p: Inventory) -> str:
     )
 
 
-def render_markdown(v: VerdictFile) -> str:
+def render_markdown(data: ReportData) -> str:
+    v = data.verdict
     out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
     out += [f"- {r}" for r in v.reasons] + [""]
     out += [f"Objective: {v.objective}.", ""]
@@ -55,11 +49,10 @@ def render_markdown(v: VerdictFile) -> str:
     for c in v.cells:
         for metric, by_q in c.metrics.items():
             for q, r in by_q.items():
-                enough = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
                 out.append(
-                    f"| {c.name} | {metric} | {q} | {_f(r.baseline)} ({_f(r.baseline_ci[0])}-{_f(r.baseline_ci[1])}) | "
-                    f"{_f(r.candidate)} ({_f(r.candidate_ci[0])}-{_f(r.candidate_ci[1])}) | {_f(r.ratio, 3)} | "
-                    f"{_f(r.ci_low, 3)}-{_f(r.ci_high, 3)} | {enough} |"
+                    f"| {c.name} | {metric} | {q} | {fmt(r.baseline)} ({fmt_range(*r.baseline_ci)}) | "
+                    f"{fmt(r.candidate)} ({fmt_range(*r.candidate_ci)}) | {fmt(r.ratio, 3)} | "
+                    f"{fmt_range(r.ci_low, r.ci_high, 3)} | {fmt_samples(r.enough_samples, r.more_requests_needed)} |"
                 )
     out += ["", "## Inventory", ""]
     for inv in v.inventory.values():

@@ -11,6 +11,7 @@ import html
 
 from pydantic import BaseModel
 
+from specguard.report.numbers import fmt
 from specguard.results.models import Percentiles, Summary
 
 
@@ -31,8 +32,7 @@ class PartialReport(BaseModel):
 
 
 def _p(p: Percentiles, key: str) -> str:
-    v = getattr(p, key)
-    return "-" if v is None else f"{v:.2f}"
+    return fmt(getattr(p, key))
 
 
 HEADER = [

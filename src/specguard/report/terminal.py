@@ -9,8 +9,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from specguard.analysis.compare import Comparison
+from specguard.analysis.definitions import RATIO_FOOTNOTE, SUMMARY_FOOTNOTE
 from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import ProgressSink
+from specguard.report.numbers import fmt, fmt_samples
 from specguard.results.models import GaugeSeries, Percentiles, Summary
 
 _LATENCY_ROWS = [
@@ -23,12 +25,8 @@ _LATENCY_ROWS = [
 ]
 
 
-def _fmt(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
 def _pct(p: Percentiles) -> str:
-    return f"{_fmt(p.p50)} / {_fmt(p.p95)} / {_fmt(p.p99)}"
+    return f"{fmt(p.p50)} / {fmt(p.p95)} / {fmt(p.p99)}"
 
 
 def summary_table(columns: dict[str, Summary], title: str = "specguard summary") -> Table:
@@ -39,32 +37,32 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
         table.add_column(name, justify="right")
     s = list(columns.values())
     table.add_row("requests (errors)", *[f"{x.requests} ({x.errors})" for x in s])
-    table.add_row("request rate (req/s)", *[_fmt(x.request_rate) for x in s])
-    table.add_row("output tok/s", *[_fmt(x.output_tokens_per_s, 1) for x in s])
+    table.add_row("request rate (req/s)", *[fmt(x.request_rate) for x in s])
+    table.add_row("output tok/s", *[fmt(x.output_tokens_per_s, 1) for x in s])
     for label, key in _LATENCY_ROWS:
         table.add_row(f"{label} p50/p95/p99", *[_pct(getattr(x, key)) for x in s])
     table.add_row(
         "acceptance rate",
-        *[_fmt(x.acceptance.rate, 3) if x.acceptance else "off (no counters)" for x in s],
+        *[fmt(x.acceptance.rate, 3) if x.acceptance else "off (no counters)" for x in s],
     )
     table.add_row(
         "mean acceptance length",
-        *[_fmt(x.acceptance.mean_length) if x.acceptance else "-" for x in s],
+        *[fmt(x.acceptance.mean_length) if x.acceptance else "-" for x in s],
     )
     table.add_row(
         "per-position acceptance",
-        *[" ".join(f"{v:.2f}" for v in x.acceptance.per_position) if x.acceptance else "-" for x in s],
+        *[" ".join(fmt(v) for v in x.acceptance.per_position) if x.acceptance else "-" for x in s],
     )
     table.add_row("KV usage mean/max", *[_gauge(x.kv_cache_usage) for x in s])
     table.add_row("waiting mean/max", *[_gauge(x.requests_waiting) for x in s])
-    table.add_row("preemptions", *[_fmt(x.preemptions, 0) for x in s])
+    table.add_row("preemptions", *[fmt(x.preemptions, 0) for x in s])
     return table
 
 
 def _gauge(g: GaugeSeries | None) -> str:
     if g is None:
         return "-"
-    return f"{_fmt(g.mean, 3)} / {_fmt(g.max, 3)}"
+    return f"{fmt(g.mean, 3)} / {fmt(g.max, 3)}"
 
 
 def print_summaries(console: Console, columns: dict[str, Summary], title: str = "specguard summary") -> None:
@@ -74,7 +72,7 @@ def print_summaries(console: Console, columns: dict[str, Summary], title: str = 
             console.print(f"[cyan]note[/cyan] {name}: {note}")
         for warning in summ.warnings:
             console.print(f"[yellow]warning[/yellow] {name}: {warning}")
-    console.print("Definitions: ITL is per token (a chunk's gap spread over its tokens); see summary.json 'definitions'.")
+    console.print(SUMMARY_FOOTNOTE)
 
 
 def print_comparison(console: Console, result: Comparison) -> None:
@@ -88,19 +86,19 @@ def print_comparison(console: Console, result: Comparison) -> None:
         table.add_column(col, justify="left" if col in ("metric", "pct") else "right")
     for metric, by_q in result.metrics.items():
         for name, r in by_q.items():
-            samples = "ok" if r.enough_samples else f"too few (+{r.more_requests_needed})"
+            samples = fmt_samples(r.enough_samples, r.more_requests_needed)
             table.add_row(
                 metric,
                 name,
-                _fmt(r.baseline),
-                _fmt(r.candidate),
-                _fmt(r.ratio, 3),
-                f"{_fmt(r.ci_low, 3)} - {_fmt(r.ci_high, 3)}",
-                _fmt(r.mann_whitney_p, 4),
+                fmt(r.baseline),
+                fmt(r.candidate),
+                fmt(r.ratio, 3),
+                f"{fmt(r.ci_low, 3)} - {fmt(r.ci_high, 3)}",
+                fmt(r.mann_whitney_p, 4),
                 samples,
             )
     console.print(table)
-    console.print("ratio < 1: the candidate is faster. " + result.definitions["ci_low/ci_high"] + ".")
+    console.print(RATIO_FOOTNOTE + result.definitions["ci_low/ci_high"] + ".")
 
 
 class RichProgress(ProgressSink):

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specguard.results.store import RUN_FILE, SUMMARY_FILE
+
 ARMS = ("baseline", "candidate")
 
 
@@ -66,7 +68,14 @@ class CheckDir:
 
     def arm_runs(self, arm: str) -> list[Path]:
         """Every run directory of an arm that has run.json, in repetition then cell order."""
-        return sorted(p.parent for p in (self.root / "runs" / arm).glob("rep*/*/run.json"))
+        return sorted(p.parent for p in (self.root / "runs" / arm).glob(f"rep*/*/{RUN_FILE}"))
+
+    def has_summary(self, arm: str, rep: int, key: str) -> bool:
+        return (self.run_dir(arm, rep, key) / SUMMARY_FILE).exists()
+
+    def measured_runs(self, arm: str, key: str, repetitions: int) -> list[Path]:
+        """One cell's run directories of an arm, repetitions 1..N in order, those with a summary only."""
+        return [self.run_dir(arm, r, key) for r in range(1, repetitions + 1) if self.has_summary(arm, r, key)]
 
     def server_log(self, arm: str, rep: int) -> Path:
         return self.root / "logs" / f"{arm}-rep{rep}.log"

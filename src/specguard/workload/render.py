@@ -8,15 +8,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specguard.report.numbers import fmt, fmt_percent
 from specguard.workload.assess import AssessReport, ProposerResult
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
+    return fmt_percent(x, 0, unit="%")
 
 
 def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+    return fmt(x)
 
 
 def _prop(r: ProposerResult | None) -> str:

@@ -1,0 +1,67 @@
+"""Every definition a report quotes, in one place: the metrics, the ratio, the intervals, the sample-size advice.
+
+Summaries, compare.json, verdict.json, report.md, report.html and the
+terminal tables all quote these strings from here; none words them itself.
+"""
+
+from __future__ import annotations
+
+from specguard.analysis.defaults import DEFAULT_TARGET_CHANGE, MIN_TAIL_SAMPLES
+
+METRIC_DEFINITIONS: dict[str, str] = {
+    "ttft_ms": "Time to first token: from the request's send to the arrival of the first chunk carrying output tokens.",
+    "e2e_ms": "End-to-end latency: from send to the arrival of the last chunk carrying output tokens "
+    "(the end of the stream itself is recorded separately as stream_end_s).",
+    "tpot_ms": "Time per output token, one value per request: (E2E - TTFT) / (output tokens - 1), "
+    "output tokens as counted by the server (usage). Requests with fewer than 2 tokens have none.",
+    "itl_ms": "Per-token inter-token latency: each gap between consecutive token-bearing chunks divided evenly "
+    "over the tokens of the later chunk, one value per token after the first chunk, pooled over requests. "
+    "Per request these values sum to E2E - TTFT.",
+    "inter_chunk_ms": "Inter-chunk latency: the raw gap between consecutive token-bearing chunks. "
+    "Not an inter-token latency when a chunk carries several tokens (speculation).",
+    "tokens_per_chunk": "Output tokens per token-bearing chunk, from the server's running usage counts.",
+    "output_tokens_per_s": "Sum of output tokens of successful requests divided by the measured window "
+    "(first send to last response end).",
+    "request_rate": "Requests finished (ok or not) divided by the measured window.",
+    "error_rate": "Failed requests / all measured requests. Warm-up requests are excluded.",
+    "send_lag_ms": "Actual send time minus scheduled send time: how late the client released each request.",
+    "event_loop_lag_ms": "How late the client's event loop woke up a periodic 10 ms timer: a busy client shows here.",
+    "acceptance.rate": "Delta of vllm:spec_decode_num_accepted_tokens over delta of num_draft_tokens in the run window.",
+    "acceptance.mean_length": "1 + accepted tokens / drafts (vLLM's definition, bonus token included).",
+    "acceptance.per_position": "accepted_tokens_per_pos[i] / drafts: the share of drafts whose first i+1 tokens were accepted.",
+}
+
+
+def more_requests_definition(target_change: float = DEFAULT_TARGET_CHANGE) -> str:
+    return (
+        f"more requests per arm: to reach {MIN_TAIL_SAMPLES} observations beyond the percentile, or, past that, "
+        f"to narrow the interval to +-{target_change * 100:g} % at the observed spread"
+    )
+
+
+RATIO = "candidate / baseline of the percentile; below 1 means the candidate is faster"
+RATIO_INTERVAL = "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions"
+
+# compare.json's definitions, in this order.
+COMPARISON_DEFINITIONS: dict[str, str] = {
+    "ratio": RATIO,
+    "ci_low/ci_high": RATIO_INTERVAL,
+    "baseline_ci/candidate_ci": "95 % percentile-bootstrap interval of each arm's own percentile",
+    "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
+    "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
+    "more_requests_needed": more_requests_definition(),
+}
+
+# A check's report adds these to the metric definitions.
+CHECK_RATIO = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s)"
+CHECK_INTERVAL = "percentile bootstrap, requests resampled within repetitions (per-token ITL by request)"
+
+
+def check_definitions() -> dict[str, str]:
+    """verdict.json's, report.md's and report.html's definitions."""
+    return {**METRIC_DEFINITIONS, "ratio": CHECK_RATIO, "95% CI": CHECK_INTERVAL}
+
+
+# The terminal's one-line reminders.
+SUMMARY_FOOTNOTE = "Definitions: ITL is per token (a chunk's gap spread over its tokens); see summary.json 'definitions'."
+RATIO_FOOTNOTE = "ratio < 1: the candidate is faster. "

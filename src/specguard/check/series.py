@@ -1,0 +1,101 @@
+"""The report's chart series, from a check's stored runs: the one place a report reads run directories.
+
+Acceptance per position is averaged here over repetitions and prompt sources,
+so the renderers only draw what they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from specguard.analysis.compare import metric_values
+from specguard.check.plan import CheckPlan
+from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, LoadSeries
+from specguard.results.check_dir import ARMS, CheckDir, cell_key
+from specguard.results.store import load_run, load_summary
+from specguard.verdict import CellComparison
+
+MAX_ITL_POINTS = 20000  # a box plot of more per-token values only makes the page heavier
+
+
+def _cell_runs(plan: CheckPlan, d: CheckDir, arm: str, traffic: str, sampling: str) -> list[Path]:
+    """Every stored run of one arm at one traffic level and sampling setting: all prompt sources, all repetitions."""
+    keys = [cell_key(traffic, sampling, i) for i in range(len(plan.prompts))]
+    return [run for key in keys for run in d.measured_runs(arm, key, plan.repetitions)]
+
+
+def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSeries]:
+    order = {t.name: t.offered_load for t in plan.traffic}
+    out = []
+    for sampling, segment in sorted({(c.sampling, c.segment) for c in cells}):
+        group = sorted((c for c in cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
+        x = [f"{c.traffic} ({order[c.traffic]:g})" for c in group]
+        for arm in ARMS:
+            objective = [getattr(c.objective, arm) for c in group]
+            p99_e2e = [getattr(c.p99_e2e, arm) for c in group]
+            out.append(LoadSeries(arm=arm, sampling=sampling, segment=segment, x=x, objective=objective, p99_e2e=p99_e2e))
+    return out
+
+
+def distributions(plan: CheckPlan, d: CheckDir, target: str) -> list[ArmDistribution]:
+    out = []
+    for arm in ARMS:
+        itl: list[float] = []
+        tpot: list[float] = []
+        for s in plan.sampling:
+            for run in _cell_runs(plan, d, arm, target, s.name):
+                records = load_run(run)[1]
+                itl += [x for r in metric_values(records, "itl_ms") for x in r]
+                tpot += [x for r in metric_values(records, "tpot_ms") for x in r]
+        out.append(ArmDistribution(arm=arm, itl_ms=itl[:MAX_ITL_POINTS], tpot_ms=tpot))
+    return out
+
+
+def acceptance(plan: CheckPlan, d: CheckDir) -> list[AcceptanceBars]:
+    """The candidate's per-position acceptance, the mean over its runs, per traffic level x sampling setting."""
+    out = []
+    for t in plan.traffic:
+        for s in plan.sampling:
+            per_pos: list[list[float]] = []
+            for run in _cell_runs(plan, d, "candidate", t.name, s.name):
+                acc = load_summary(run).acceptance
+                if acc is not None and acc.per_position:
+                    per_pos.append(acc.per_position)
+            if per_pos:
+                k = min(len(p) for p in per_pos)
+                mean = [sum(p[j] for p in per_pos) / len(per_pos) for j in range(k)]
+                out.append(AcceptanceBars(name=f"{t.name} / {s.name}", per_position=mean))
+    return out
+
+
+def gauges(plan: CheckPlan, d: CheckDir, target: str) -> list[GaugeTrace]:
+    """KV-cache usage and waiting requests over time, first measured repetition of the target level's first cell."""
+    out = []
+    for arm in ARMS:
+        runs = d.measured_runs(arm, cell_key(target, plan.sampling[0].name, 0), plan.repetitions)
+        if not runs:
+            continue
+        samples = [s for s in load_run(runs[0])[2] if s.ok]
+        out.append(
+            GaugeTrace(
+                arm=arm,
+                t_s=[s.t_s for s in samples],
+                kv_cache_usage=[s.gauges.get("kv_cache_usage") for s in samples],
+                requests_waiting=[s.gauges.get("requests_waiting") for s in samples],
+            )
+        )
+    return out
+
+
+def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Charts:
+    d = CheckDir(out)
+    target = next(t for t in plan.traffic if t.target).name
+    return Charts(
+        objective_title=f"{plan.objective.percentile} {plan.objective.metric}",
+        load_series=load_series(plan, cells),
+        target=target,
+        distributions=distributions(plan, d, target),
+        acceptance=acceptance(plan, d),
+        gauges=gauges(plan, d, target),
+    )

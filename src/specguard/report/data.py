@@ -1,0 +1,83 @@
+"""The report data model: everything a check report shows, finished, so that renderers only render.
+
+Built once by the check side (``build_report_data`` in check/report.py),
+the only code that reads run directories for a report; ``render_markdown``,
+``render_html`` and ``render_terminal`` are pure functions of it. Nothing
+under report/ imports from the check package (tests/unit/test_report.py checks).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from specguard.inventory.arm import ArmInventory
+from specguard.inventory.model import InventoryDiff
+from specguard.verdict import CellComparison, CellLine, Reason, VerdictName
+
+VERDICT_SCHEMA = "specguard.verdict/1"
+
+
+class VerdictFile(BaseModel):
+    """verdict.json: the verdict, its evidence per cell, the inventory and how to reproduce it."""
+
+    verdict: VerdictName
+    reasons: list[str]
+    lines: list[CellLine]
+    warnings: list[str]
+    crossover: list[str]
+    objective: str
+    schema_version: str = VERDICT_SCHEMA
+    plan: str
+    exit_code: int
+    inventory: dict[str, ArmInventory]
+    inventory_diff: InventoryDiff | None = None
+    cells: list[CellComparison]
+    commands: list[str]
+    definitions: dict[str, str]
+    reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
+
+
+class LoadSeries(BaseModel):
+    """One arm's line over the traffic levels of one sampling setting x segment."""
+
+    arm: str
+    sampling: str
+    segment: str
+    x: list[str]
+    objective: list[float]
+    p99_e2e: list[float]
+
+
+class ArmDistribution(BaseModel):
+    arm: str
+    itl_ms: list[float]
+    tpot_ms: list[float]
+
+
+class AcceptanceBars(BaseModel):
+    """The candidate's mean per-position acceptance at one traffic level x sampling setting."""
+
+    name: str
+    per_position: list[float]
+
+
+class GaugeTrace(BaseModel):
+    arm: str
+    t_s: list[float]
+    kv_cache_usage: list[float | None]
+    requests_waiting: list[float | None]
+
+
+class Charts(BaseModel):
+    objective_title: str
+    load_series: list[LoadSeries]
+    target: str
+    distributions: list[ArmDistribution]
+    acceptance: list[AcceptanceBars]
+    gauges: list[GaugeTrace]
+
+
+class ReportData(BaseModel):
+    verdict: VerdictFile
+    charts: Charts
+    out: str

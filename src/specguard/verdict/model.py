@@ -1,0 +1,117 @@
+"""The decision's inputs and outputs: per-cell comparisons in, a verdict with structured reasons out."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel
+
+from specguard.analysis.ab_statistics import RatioResult
+
+Status = Literal["better", "worse", "no detectable difference", "inconclusive"]
+VerdictName = Literal["GO", "NO-GO", "INCONCLUSIVE"]
+ReasonCode = Literal[
+    "go",
+    "no_cell_measured",
+    "server_oom",
+    "server_crash",
+    "objective_undersampled",
+    "objective_worse",
+    "objective_no_difference",
+    "objective_below_minimum",
+    "guardrail_regressed",
+    "guardrail_unverified",
+    "guardrails_unverified_more",
+    "error_rate_rose",
+    "preemptions_rose",
+]
+
+
+class ObjectiveRule(Protocol):
+    """What the decision needs of the check plan's objective (read-only, so the plan's models satisfy it)."""
+
+    @property
+    def metric(self) -> str: ...
+    @property
+    def percentile(self) -> str: ...
+    @property
+    def min_improvement(self) -> float: ...
+
+
+class GuardrailRule(Protocol):
+    """What the decision needs of the check plan's guardrails."""
+
+    @property
+    def max_p99_e2e_regression(self) -> float: ...
+    @property
+    def max_p99_ttft_regression(self) -> float: ...
+    @property
+    def max_error_rate_increase(self) -> float: ...
+    @property
+    def max_preemption_increase(self) -> float: ...
+
+
+class CellComparison(BaseModel):
+    traffic: str
+    offered_load: float
+    target: bool
+    sampling: str
+    segment: str
+    objective: RatioResult
+    p99_e2e: RatioResult
+    p99_ttft: RatioResult
+    error_rate_baseline: float
+    error_rate_candidate: float
+    preemptions_baseline: float | None = None
+    preemptions_candidate: float | None = None
+    acceptance_rate: float | None = None
+    kv_usage_baseline: float | None = None
+    kv_usage_candidate: float | None = None
+    waiting_baseline: float | None = None
+    waiting_candidate: float | None = None
+    client_warnings: list[str] = []
+    metrics: dict[str, dict[str, RatioResult]] = {}
+
+    @property
+    def name(self) -> str:
+        return f"{self.traffic} / {self.sampling} / {self.segment}"
+
+
+class Failure(BaseModel):
+    """A server of an arm that crashed or ran out of memory during the measurements."""
+
+    arm: str
+    kind: Literal["crash", "oom"]
+    detail: str
+
+
+class Reason(BaseModel):
+    """One reason for the verdict: a code and numbers for programs and tests, the text for people."""
+
+    code: ReasonCode
+    cell: str | None = None
+    metric: str | None = None
+    numbers: dict[str, float] = {}
+    text: str
+    secondary: bool = False  # an INCONCLUSIVE reason that a NO-GO outranks ("also: ...")
+
+
+class CellLine(BaseModel):
+    traffic: str
+    sampling: str
+    segment: str
+    status: Status
+    text: str
+
+
+class Verdict(BaseModel):
+    verdict: VerdictName
+    reasons: list[Reason]
+    lines: list[CellLine]
+    warnings: list[str]
+    crossover: list[str]
+    objective: str
+
+    @property
+    def reason_texts(self) -> list[str]:
+        return [r.text for r in self.reasons]
