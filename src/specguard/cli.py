@@ -245,7 +245,7 @@ def compare(
         print_comparison(Console(), result)
 
 
-def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
+def _print_verdict(v, out: Path) -> None:
     colour = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}[v.verdict]
     console = Console()
     console.print(f"[bold {colour}]{v.verdict}[/bold {colour}]  ({v.objective})")
@@ -368,7 +368,7 @@ def embedded_serve(
     rt = ensure_runtime(log=lambda m: err.print(m))
     models = ensure_models(rt)
     label = f"serve-{method.value}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    server = embedded_server(rt, embedded_spec(models, method.value, port=port), label)  # type: ignore[arg-type]
+    server = embedded_server(rt, embedded_spec(models, method.value, port=port), label)
     err.print(f"starting {method.value} server; log: {server.log_path}")
     with server:
         print(f"ready: {server.base_url}  model: {SERVED_NAME}  metrics: {server.metrics_url}", flush=True)

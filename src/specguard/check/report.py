@@ -110,6 +110,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     defs["95% CI"] = "percentile bootstrap, requests resampled within repetitions (per-token ITL by request)"
     inventory = observed_inventory(record, out)
     pinned = [inventory[a].pinned for a in ("baseline", "candidate") if a in inventory]
+    # Why the ignore below: all(pinned) rules out None, which mypy cannot see through all()
     inv_diff = diff_inventories(pinned[0], pinned[1]) if len(pinned) == 2 and all(pinned) else None  # type: ignore[arg-type]
     if inv_diff is not None:
         verdict = verdict.model_copy(update={"warnings": verdict.warnings + inv_diff.warnings})

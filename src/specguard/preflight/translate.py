@@ -166,18 +166,19 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
                 continue
             text = processed[i + 1]
             taken.add(i + 1)
+        nested: Any  # a list or a scalar, then the dicts built around it
         if name.endswith("+"):
-            name, value = name[:-1], text.split(",")
+            name, nested = name[:-1], text.split(",")
         else:
-            value = _dotted_value(text)
+            nested = _dotted_value(text)
         flag, *keys = name.split(".")
         for key in reversed(keys):
-            value = {key: value}
-        _merge_nested(dicts.setdefault(flag, {}), value)
+            nested = {key: nested}
+        _merge_nested(dicts.setdefault(flag, {}), nested)
         taken.add(i)
     out = [(arg, False) for i, arg in enumerate(processed) if i not in taken]
-    for flag, value in dicts.items():
-        out += [(flag, True), (json.dumps(value), True)]
+    for flag, merged in dicts.items():
+        out += [(flag, True), (json.dumps(merged), True)]
     return out
 
 
@@ -310,7 +311,7 @@ def extract_speculation(args: list[str], version: K.Version) -> Speculation:
             i += 1
             continue
         if eq:
-            text: str | None = inline
+            text: str = inline
             i += 1
         elif i + 1 < len(tokens) and not _takes_no_value(tokens[i + 1][0]):
             text = tokens[i + 1][0]
