@@ -1,5 +1,5 @@
 # The two commands that matter on a fresh machine (see README.md).
-.PHONY: setup demo test
+.PHONY: setup demo lint test
 
 setup:
 	@scripts/setup.sh
@@ -7,6 +7,12 @@ setup:
 # The main job on the embedded default: a real vLLM on CPU, baseline vs n-gram speculation.
 demo: setup
 	.venv/bin/specguard demo
+
+# Lint, format and types, as CI checks them before the tests (mypy's strictness per package: pyproject.toml).
+lint: setup
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench
+	.venv/bin/mypy src
 
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
 test: setup

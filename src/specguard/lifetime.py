@@ -91,7 +91,7 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 @contextmanager
 def terminations_interrupt() -> Iterator[None]:
     """While the block runs, SIGTERM and SIGHUP raise KeyboardInterrupt in synchronous code, like SIGINT."""
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in INTERRUPT_SIGNALS:
             previous[sig] = signal.signal(sig, _raise_interrupt)

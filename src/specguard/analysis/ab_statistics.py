@@ -65,7 +65,8 @@ def weighted_percentile_rows(sorted_values: np.ndarray, weights: np.ndarray, q: 
     i1 = (cum <= k1[:, None]).sum(axis=1)
     v0 = sorted_values[i0]
     v1 = sorted_values[i1]
-    return v0 + frac * (v1 - v0)
+    result: np.ndarray = v0 + frac * (v1 - v0)  # indexing gives Any: the annotation states what it is
+    return result
 
 
 def _flatten(reps: Sequence[Repetition]) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:

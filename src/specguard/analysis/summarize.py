@@ -70,7 +70,7 @@ def summarize(
     acc = acceptance(before, after) if before is not None and after is not None and before is not after else None
     if not good:
         notes.append("no /metrics scrape succeeded: no server-side figures (acceptance, KV usage, queue)")
-    elif not has_spec_decode(after):  # type: ignore[arg-type]
+    elif after is not None and not has_spec_decode(after):  # never None here (good is not empty): says so to mypy
         notes.append("the server exposes no spec-decode counters: speculative decoding is off on this server")
     elif acc is not None and acc.drafts == 0:
         notes.append("spec-decode counters present but no drafts were made in this run window")

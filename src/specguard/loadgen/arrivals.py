@@ -102,7 +102,7 @@ def load_shape_from_options(
         raise OptionError("give --num-requests and/or --duration")
     try:
         return LoadShape(
-            kind=kind,  # type: ignore[arg-type]
+            kind=kind,  # type: ignore[arg-type]  # a str checked above; LoadShape validates the Literal again
             rate=rate,
             burstiness=burstiness if kind == "gamma" else None,
             concurrency=concurrency,

@@ -74,7 +74,7 @@ def stamp_arrivals(content: aiohttp.StreamReader, res: StreamResult, sent_at: fl
     buffer = getattr(content, "_buffer", None)
     if type(buffer) is not collections.deque:
         return False
-    content._buffer = ArrivalStampedBuffer(buffer, res, sent_at)  # type: ignore[attr-defined]
+    content._buffer = ArrivalStampedBuffer(buffer, res, sent_at)
     return True
 
 

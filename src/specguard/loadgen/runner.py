@@ -204,7 +204,7 @@ def sent_sampling(cfg: BenchConfig) -> dict[str, list[float | int | bool | None]
         body = build_payload(cfg.api, cfg.model, item, cfg.sampling, cfg.default_max_tokens)
         for key, values in seen.items():
             values.add(body.get(key))
-    return {k: sorted(v, key=lambda x: (x is None, x)) for k, v in seen.items()}  # type: ignore[arg-type, return-value]
+    return {k: sorted(v, key=lambda x: (x is None, x)) for k, v in seen.items()}
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -336,6 +336,7 @@ async def _measure(
             try:
                 # vLLM updates its counters as it emits the last chunk; give it a moment.
                 await asyncio.sleep(0.3)
+                # Why the ignore below: metrics_url is set whenever metrics are scraped (the caller checks it)
                 writer.metrics.append(await scrape_once(session, cfg.metrics_url, run.t0, "after"))  # type: ignore[arg-type]
             except asyncio.CancelledError:  # a second signal: no "after" scrape, the run still closes its files
                 interrupted = True

@@ -18,6 +18,7 @@ accepted count lies between ``accepted`` and ``accepted + past_end``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +27,17 @@ from specguard.proposers.suffix import SuffixCache
 
 # One request's proposer: called with the accepted context, returns the draft.
 Proposer = Callable[[list[int]], list[int]]
+
+
+class Rates(TypedDict):
+    """The derived rates of a ReplayStats, keyed as the result models that carry them name their fields."""
+
+    acceptance_rate: float | None
+    acceptance_rate_upper: float | None
+    mean_acceptance_length: float | None
+    per_position: list[float]
+    draft_fraction: float | None
+    step_reduction: float | None
 
 
 class ReplayStats(BaseModel):
@@ -92,7 +104,7 @@ class ReplayStats(BaseModel):
         """The rate if every draft token past the logged end had matched (see ``past_end``)."""
         return (self.accepted + self.past_end) / self.draft_tokens if self.draft_tokens else None
 
-    def rates(self) -> dict[str, float | list[float] | None]:
+    def rates(self) -> Rates:
         return {
             "acceptance_rate": self.acceptance_rate,
             "acceptance_rate_upper": self.acceptance_rate_upper,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -37,7 +38,11 @@ class SuffixParams(BaseModel):
 _COUNT, _KIDS = 0, 1
 
 
-def _new() -> list:
+# A node is [count, children or None]; children map a token to its node.
+Node = list[Any]
+
+
+def _new() -> Node:
     return [0, None]
 
 
@@ -48,9 +53,9 @@ class SuffixTree:
         self.max_depth = max_depth
         self.root = _new()
         self._seqs: dict[str, list[int]] = {}
-        self._active: dict[str, list[list]] = {}
+        self._active: dict[str, list[Node]] = {}
 
-    def child(self, node: list, tok: int) -> list | None:
+    def child(self, node: Node, tok: int) -> Node | None:
         kids = node[_KIDS]
         return kids.get(tok) if kids else None
 
@@ -97,12 +102,14 @@ class SuffixTree:
         best: list[int] = []
         best_score = 0.0
         for match_len in range(1, len(pattern)):
-            node: list | None = self.root
+            cur: Node = self.root
+            node: Node | None = cur
             for tok in pattern[len(pattern) - match_len :]:
-                kids = node[_KIDS]  # type: ignore[index]
+                kids = cur[_KIDS]
                 node = kids.get(tok) if kids else None
                 if node is None:
                     break
+                cur = node
             if node is None:
                 break  # no longer match exists either
             limit = min(max_spec_tokens, math.floor(match_len * max_spec_factor + 1e-6))
@@ -112,7 +119,7 @@ class SuffixTree:
         return best, best_score
 
 
-def _follow(node: list, limit: int, min_prob: float) -> tuple[list[int], float]:
+def _follow(node: Node, limit: int, min_prob: float) -> tuple[list[int], float]:
     draft: list[int] = []
     prob, score = 1.0, 0.0
     while len(draft) < limit and node[_KIDS]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -40,7 +41,7 @@ class JsonlAppender:
         """Write and flush one line: it survives the process. ``sync`` also makes it survive the machine."""
         self.append_many([record], sync)
 
-    def append_many(self, records: list[BaseModel], sync: bool = True) -> None:
+    def append_many(self, records: Sequence[BaseModel], sync: bool = True) -> None:
         """Write lines and flush once: one write call for the lot."""
         self._fh.write("".join(r.model_dump_json() + "\n" for r in records))
         self._fh.flush()

@@ -73,7 +73,7 @@ def parse_metrics_text(text: str, t_s: float, phase: str) -> MetricsSample:
     positions = [per_pos[i] for i in range(max(per_pos) + 1)] if per_pos else []
     sample = MetricsSample(
         t_s=t_s,
-        phase=phase,  # type: ignore[arg-type]
+        phase=phase,  # type: ignore[arg-type]  # the callers' phase names; MetricsSample validates them
         ok=True,
         gauges=gauges,
         counters=counters,

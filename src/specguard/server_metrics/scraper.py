@@ -34,6 +34,7 @@ from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
 
 
 def _gap(t: float, phase: str, exc: BaseException) -> MetricsSample:
+    # Why the ignore below: phase is one of the callers' names, which MetricsSample validates
     return MetricsSample(t_s=t, phase=phase, ok=False, error=f"{type(exc).__name__}: {exc}")  # type: ignore[arg-type]
 
 

@@ -9,9 +9,10 @@ arrived in that window, which ``UNREAD_VERSIONS`` lets findings say.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
+from packaging.version import InvalidVersion
+from packaging.version import Version as PackageVersion
 from pydantic import BaseModel
 
 from specguard.errors import UsageError
@@ -26,11 +27,17 @@ class VersionParseError(UsageError):
 
 
 def parse_version(text: str) -> Version:
-    """``0.32.0``, ``0.32.0+cpu``, ``v0.11.0rc1``, ``0.10.1.1`` -> (major, minor, patch)."""
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
-    if not match:
-        raise VersionParseError(f"not a vLLM version: {text!r} (expected MAJOR.MINOR.PATCH, such as 0.32.0)")
-    return int(match[1]), int(match[2]), int(match[3] or 0)
+    """``0.32.0``, ``0.32.0+cpu``, ``v0.11.0rc1``, ``0.10.2.dev5+g1a2b3c``, ``0.10.1.1`` -> (major, minor, patch).
+
+    PEP 440 as pip reads it (``packaging``); the tables are keyed by release, so a pre-, post-, dev or local
+    part maps to the release it belongs to.
+    """
+    try:
+        release = PackageVersion(text.strip()).release
+    except InvalidVersion:
+        raise VersionParseError(f"not a vLLM version: {text!r} (expected MAJOR.MINOR.PATCH, such as 0.32.0)") from None
+    major, minor, patch = (*release, 0, 0)[:3]
+    return major, minor, patch
 
 
 def version_text(v: Version) -> str:

@@ -163,15 +163,15 @@ def _flexible_args(args: list[str], findings: list[Finding]) -> list[tuple[str, 
                 continue
             text = processed[i + 1]
             taken.add(i + 1)
-        value: Any
+        nested: Any  # a list or a scalar, then the dicts built around it
         if name.endswith("+"):
-            name, value = name[:-1], text.split(",")
+            name, nested = name[:-1], text.split(",")
         else:
-            value = _dotted_value(text)
+            nested = _dotted_value(text)
         flag, *keys = name.split(".")
         for key in reversed(keys):
-            value = {key: value}
-        _merge_nested(dicts.setdefault(flag, {}), value)
+            nested = {key: nested}
+        _merge_nested(dicts.setdefault(flag, {}), nested)
         taken.add(i)
     out = [(arg, False) for i, arg in enumerate(processed) if i not in taken]
     for flag, gathered in dicts.items():

@@ -152,7 +152,8 @@ def _from_sharegpt(obj: dict[str, Any]) -> list[dict[str, Any]]:
     turns = obj["conversations"]
     if not isinstance(turns, list):
         raise ValueError("'conversations' must be a list")
-    out, history = [], []
+    out: list[dict[str, Any]] = []
+    history: list[dict[str, str]] = []
     for i, turn in enumerate(turns):
         role = _SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
         if role is None:

@@ -14,13 +14,13 @@ label, the response (text and/or token ids) and optional timings.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specguard.models_base import StrictModel
 
-REQUEST_LOG_SCHEMA = "specguard.request_log/1"
+REQUEST_LOG_SCHEMA: Final = "specguard.request_log/1"  # Final: its type is the literal, as the field wants
 
 
 class LogMessage(BaseModel):

@@ -1,15 +1,13 @@
 """Token ids for logged requests, as the server saw them: a local tokenizer directory or a server's /tokenize.
 
-Chat messages go through the model's chat template first, rendered the way
-Hugging Face's ``apply_chat_template`` renders it (sandboxed jinja2,
-trim_blocks and lstrip_blocks, ``add_generation_prompt``), which is what
-vLLM's OpenAI server does. Logged token ids win over text: re-tokenizing a
+Chat messages go through the model's chat template first, rendered exactly
+as Hugging Face's ``apply_chat_template`` renders it (``chat_template.py``),
+which is what vLLM's OpenAI server does. Logged token ids win over text: re-tokenizing a
 response can differ from the ids the model produced.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import urllib.request
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any, Protocol
 
 from specguard.server_metrics.server_facts import auth_headers, server_root
 from specguard.tokenizer_files import TokenizeError, load_tokenizer, tokenizer_config, tokenizer_json
+from specguard.workload import chat_template
 from specguard.workload.logformat import RequestLogEntry
 
 __all__ = ["LocalTokenizer", "ServerTokenizer", "Tokenize", "TokenizeError"]
@@ -26,10 +25,6 @@ class Tokenize(Protocol):
     def prompt_ids(self, entry: RequestLogEntry) -> list[int]: ...
 
     def output_ids(self, entry: RequestLogEntry) -> list[int] | None: ...
-
-
-def _special(value: Any) -> str:
-    return value.get("content", "") if isinstance(value, dict) else (value or "")
 
 
 class LocalTokenizer:
@@ -42,31 +37,35 @@ class LocalTokenizer:
             template = (base / "chat_template.jinja").read_text()
         if isinstance(template, list):  # named templates: the default one
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
-        self._template = template
-        self._bos, self._eos = _special(config.get("bos_token")), _special(config.get("eos_token"))
+        self._template: str | None = template
+        self._specials = chat_template.special_tokens(config)
         self._compiled: Any = None
 
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        """The prompt text vLLM's server makes of a chat request (messages, tools, extra template kwargs)."""
         if self._template is None:
             raise TokenizeError("the tokenizer has no chat template, so chat requests cannot be tokenized as served")
         if self._compiled is None:
-            from jinja2.ext import loopcontrols
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            self._compiled = chat_template.compile_template(self._template)
+        return chat_template.render(
+            self._compiled, messages, self._specials, tools=tools, add_generation_prompt=add_generation_prompt, **kwargs
+        )
 
-            def raise_exception(message: str) -> None:
-                raise TokenizeError(f"chat template: {message}")
-
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-            env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: dt.datetime.now().strftime(fmt))
-            self._compiled = env.from_string(self._template)
-        return str(self._compiled.render(messages=messages, add_generation_prompt=True, bos_token=self._bos, eos_token=self._eos))
+    def encode_chat(self, messages: list[dict[str, Any]], **render_kwargs: Any) -> list[int]:
+        """Token ids of the rendered chat: the template writes the special tokens, none are added."""
+        return list(self._tok.encode(self.render_chat(messages, **render_kwargs), add_special_tokens=False).ids)
 
     def prompt_ids(self, entry: RequestLogEntry) -> list[int]:
         if entry.prompt_token_ids is not None:
             return list(entry.prompt_token_ids)
         if entry.messages is not None:
-            text = self.render_chat([m.model_dump() for m in entry.messages])
-            return list(self._tok.encode(text, add_special_tokens=False).ids)
+            return self.encode_chat([m.model_dump() for m in entry.messages])
         return list(self._tok.encode(entry.prompt or "", add_special_tokens=True).ids)
 
     def output_ids(self, entry: RequestLogEntry) -> list[int] | None:
