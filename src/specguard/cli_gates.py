@@ -14,8 +14,8 @@ import typer
 
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
-from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError, UsageError
-from specguard.validation import check_base_url, finite, input_path, output_file, text_option
+from specguard.errors import ExitCode, OptionError, ServerError, UsageError
+from specguard.validation import finite, input_path, output_file, text_option
 
 
 def api_key_from_env(env_name: str | None) -> str | None:
@@ -26,41 +26,6 @@ def api_key_from_env(env_name: str | None) -> str | None:
     if value is None:
         raise OptionError(f"--api-key-env {env_name}: the variable is not set")
     return value
-
-
-def url_option(value: str | None, option: str = "--url") -> str | None:
-    """A server URL option: http(s)://host[:port][/path], or a usage error naming the option."""
-    if value is None:
-        return None
-    try:
-        return check_base_url(value)
-    except ValueError as exc:
-        raise OptionError(f"{option} {value}: {exc}") from exc
-
-
-def version_option(value: str | None, option: str = "--vllm-version") -> str | None:
-    """A vLLM version option: MAJOR.MINOR[.PATCH] with an optional suffix (0.32.0, 0.11.0rc1, 0.32.0+cpu)."""
-    if value is not None and not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
-        raise OptionError(f"{option} {value!r}: expected a vLLM version MAJOR.MINOR.PATCH, such as 0.32.0")
-    return value
-
-
-def tokenizer_option(path: Path | None, option: str = "--tokenizer") -> Path | None:
-    """A local tokenizer: a directory holding tokenizer.json, or that file itself."""
-    if path is None:
-        return None
-    if not path.exists():
-        raise OptionError(f"{option} {path}: not found")
-    if path.is_dir() and not (path / "tokenizer.json").is_file():
-        raise OptionError(f"{option} {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
-    return path
-
-
-def refuse_existing(paths: list[Path], option: str) -> None:
-    """No command overwrites a file it did not create: an existing target needs --force."""
-    existing = [str(p) for p in paths if p.exists()]
-    if existing:
-        raise OutputExistsError(f"{option}: {', '.join(existing)} already exists; pass --force to replace it")
 
 
 class Arm(StrEnum):
