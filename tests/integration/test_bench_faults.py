@@ -185,6 +185,7 @@ def test_http_500_on_every_request_exit_4(scripted, tmp_path):
     assert len(recs) == 2
     for rec in recs:
         assert not rec.ok and rec.http_status == 500 and rec.chunk_tokens == [] and rec.ttft_s is None
+        assert rec.token_source is None and rec.output_tokens is None  # no stream: nothing was counted
         assert rec.error.startswith("HTTP 500: ")
         body = json.loads(rec.error.removeprefix("HTTP 500: "))
         assert body["error"]["type"] == "InternalServerError" and body["error"]["code"] == 500

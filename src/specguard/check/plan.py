@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specguard.errors import InputFileError
-from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.results.models import LoadShape
 from specguard.validation import HttpUrl, read_input_text
 from specguard.vllm.server_spec import ServerSpec
@@ -76,6 +76,7 @@ class TrafficLevel(_Strict):
             duration_s=self.duration_s,
             warmup_requests=warmup,
             seed=seed,
+            names=PLAN_KEYS,
         )
 
     @property

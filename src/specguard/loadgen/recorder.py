@@ -96,6 +96,10 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
     if error is None and not parsed.done:
         error = "stream ended before [DONE]"
     times, tokens, source, total = chunk_token_counts(parsed, tokenizer)
+    if res.http_status != 200:
+        # No stream came back (an HTTP error, or no response at all): there were no chunks to count, so the
+        # record says "unknown", not "0 tokens by chunk count".
+        source, total = None, None
     return RequestRecord(
         index=f.index,
         seq=f.seq,
