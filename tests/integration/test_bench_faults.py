@@ -153,6 +153,7 @@ def test_hang_before_any_answer_on_every_second_request(scripted, tmp_path):
     f = faulty[0]
     assert not f.ok and f.error == "timed out after 1 s"
     assert f.http_status is None and f.chunk_tokens == [] and f.ttft_s is None
+    assert f.token_source is None and f.output_tokens is None  # no response: nothing was counted
     assert s.errors == 1 and s.error_kinds == {"timed out after 1 s": 1}
     assert "1 of 2 requests failed: 1 x timed out after 1 s" in s.warnings
 
