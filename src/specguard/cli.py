@@ -19,9 +19,8 @@ from rich.console import Console
 from specguard import __version__
 from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
 from specguard.cli_gates import register as register_gate_commands
-from specguard.cli_gates import tokenizer_option, version_option
 from specguard.cli_output import err
-from specguard.errors import EXIT_CODE_TABLE, ExitCode, Interrupted, OptionError, OutputExistsError, RequestsFailedError
+from specguard.errors import EXIT_CODE_TABLE, ExitCode
 
 if TYPE_CHECKING:
     from specguard.report.data import VerdictFile
@@ -70,28 +69,6 @@ def _root(
         raise typer.Exit(0)
 
 
-# Option name of each BenchConfig field, for messages that name what the user typed.
-BENCH_OPTIONS = {
-    "base_url": "--base-url",
-    "model": "--model",
-    "metrics_url": "--metrics-url",
-    "request_timeout_s": "--request-timeout",
-    "scrape_interval_s": "--scrape-interval",
-    "out_dir": "--out",
-    "load.rate": "--rate",
-    "load.concurrency": "--concurrency",
-    "load.burst": "--burst",
-    "load.burstiness": "--burstiness",
-    "load.num_requests": "--num-requests",
-    "load.duration_s": "--duration",
-    "load.warmup_requests": "--warmup",
-    "load.seed": "--seed",
-    "sampling.temperature": "--temperature",
-    "sampling.top_p": "--top-p",
-    "sampling.max_tokens": "--max-tokens",
-}
-
-
 @app.command(epilog=EXIT_CODES_EPILOG)
 def bench(
     base_url: Annotated[str, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000")],
@@ -99,24 +76,24 @@ def bench(
     prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended|mixed")],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
-    arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process [default: poisson].")] = None,
+    arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process.")] = None,
     burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
     burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
     num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
     duration: Annotated[float | None, typer.Option(help="Stop releasing requests after S seconds.")] = None,
-    warmup: Annotated[int, typer.Option(help="Requests sent one at a time before measuring; excluded.")] = 0,
-    api: Annotated[Api, typer.Option(help="The OpenAI API to call.")] = Api.completions,
+    warmup: Annotated[int | None, typer.Option(help="Requests sent one at a time before measuring; excluded.")] = None,
+    api: Annotated[Api | None, typer.Option(help="The OpenAI API to call.")] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Default: BASE/metrics. 'none' disables scraping.")] = None,
-    scrape_interval: Annotated[float, typer.Option(help="Seconds between /metrics scrapes (at least 0.1).")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seeds the schedule and the prompt order (>= 0).")] = 0,
+    scrape_interval: Annotated[float | None, typer.Option(help="Seconds between /metrics scrapes (at least 0.1).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seeds the schedule and the prompt order (>= 0).")] = None,
     temperature: Annotated[float | None, typer.Option(help="Override every prompt's temperature (>= 0).")] = None,
     top_p: Annotated[float | None, typer.Option(help="Override every prompt's top_p (0 < top_p <= 1).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Override every prompt's max_tokens (>= 1).")] = None,
     ignore_eos: Annotated[bool | None, typer.Option(help="Override every prompt's ignore_eos.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Local tokenizer dir, used only if the server sends no usage.")] = None,
-    request_timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 600.0,
+    request_timeout: Annotated[float | None, typer.Option(help="Per-request timeout (s).")] = None,
     busy_poll: Annotated[
         bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")
     ] = False,
@@ -126,83 +103,50 @@ def bench(
 
     Exit 4 when every request failed (the distinct errors are listed with counts).
     """
-    from specguard.analysis.summarize import format_error_kinds
-    from specguard.loadgen.arrivals import load_shape_from_options
-    from specguard.loadgen.prompts import load_prompts
-    from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
+    from specguard.loadgen.request import BenchRequest, raise_for_outcome
+    from specguard.loadgen.request import bench as run_bench_request
+    from specguard.loadgen.runner import ProgressSink
     from specguard.report.terminal import RichProgress, print_summaries
-    from specguard.results.store import REQUESTS_FILE, RUN_FILE
-    from specguard.validation import api_key_from_env, check_base_url, finite, options
-    from specguard.vllm.urls import server_root
+    from specguard.validation import api_key_from_env, given, options
 
-    for value, name in (
-        (rate, "--rate"),
-        (burstiness, "--burstiness"),
-        (duration, "--duration"),
-        (request_timeout, "--request-timeout"),
-        (scrape_interval, "--scrape-interval"),
-        (temperature, "--temperature"),
-        (top_p, "--top-p"),
-    ):
-        finite(value, name)
-    finite(burstiness, "--burstiness", positive=True)
-    if arrival is not None and rate is None:
-        raise OptionError(f"--arrival {arrival.value} needs --rate (it shapes an open-loop schedule)")
-    if burstiness is not None and arrival != Arrival.gamma:
-        raise OptionError("--burstiness applies to --arrival gamma only")
-    try:
-        check_base_url(base_url)
-    except ValueError as exc:
-        raise OptionError(f"--base-url {base_url}: {exc}") from exc
-    if not prompts.strip():
-        raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
-    load = load_shape_from_options(
-        rate=rate,
-        arrival=(arrival or Arrival.poisson).value,
-        burstiness=burstiness or 1.0,
-        concurrency=concurrency,
-        burst=burst,
-        num_requests=num_requests,
-        duration_s=duration,
-        warmup_requests=warmup,
-        seed=seed,
+    request = options(
+        BenchRequest,
+        given(
+            base_url=base_url,
+            model=model,
+            prompts=prompts,
+            out=out,
+            rate=rate,
+            arrival=arrival.value if arrival else None,
+            burstiness=burstiness,
+            concurrency=concurrency,
+            burst=burst,
+            num_requests=num_requests,
+            duration=duration,
+            warmup=warmup,
+            api=api.value if api else None,
+            metrics_url=metrics_url,
+            scrape_interval=scrape_interval,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            api_key=api_key_from_env(api_key_env),
+            tokenizer=tokenizer,
+            request_timeout=request_timeout,
+            busy_poll=busy_poll,
+        ),
+        {},
     )
-    tokenizer_option(tokenizer)
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"--out {out}: is a file; expected a new run directory")
-    held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]
-    if held:  # refused here, before the server is asked anything
-        raise OutputExistsError(f"--out {out}: already holds a run ({', '.join(held)}); choose a new --out directory")
-    cfg = options(
-        BenchConfig,
-        {
-            "base_url": base_url,
-            "model": model,
-            "api": api.value,
-            "prompts": load_prompts(prompts, seed=seed),
-            "load": load,
-            "sampling": {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens, "ignore_eos": ignore_eos},
-            "metrics_url": None if metrics_url == "none" else (metrics_url or f"{server_root(base_url)}/metrics"),
-            "out_dir": out,
-            "api_key": api_key_from_env(api_key_env),
-            "request_timeout_s": request_timeout,
-            "scrape_interval_s": scrape_interval,
-            "busy_poll": busy_poll,
-        },
-        BENCH_OPTIONS,
-    )
-    progress: ProgressSink = ProgressSink() if quiet else RichProgress(err)
+    progress = ProgressSink() if quiet else RichProgress(err)
     try:
-        summary = run_async(run_bench(cfg, progress, tokenizer))
+        summary = run_bench_request(request, progress)
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
     print_summaries(Console(), {out.name or "run": summary})
-    if summary.interrupted:
-        during = " during warm-up" if summary.notes and "warm-up" in summary.notes[0] else ""
-        raise Interrupted(f"interrupted{during}: {summary.requests} requests recorded in {out}")
-    if summary.requests and summary.errors == summary.requests:
-        raise RequestsFailedError(f"every request failed ({summary.errors}): {format_error_kinds(summary.error_kinds)}")
+    raise_for_outcome(summary, out)
 
 
 @app.command(epilog=EXIT_CODES_EPILOG)
@@ -333,6 +277,7 @@ def embedded_install(
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import ensure_runtime
+    from specguard.validation import version_option
 
     version_option(version, "--version")
     rt = ensure_runtime(version, pip_args=pip_arg, log=lambda m: err.print(m))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from enum import StrEnum
 from pathlib import Path
@@ -14,43 +13,8 @@ import typer
 
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err, out
-from specguard.errors import ExitCode, OptionError, OutputExistsError, ServerError, UsageError
-from specguard.validation import api_key_from_env, check_base_url, finite, input_path, output_file, text_option
-
-
-def url_option(value: str | None, option: str = "--url") -> str | None:
-    """A server URL option: http(s)://host[:port][/path], or a usage error naming the option."""
-    if value is None:
-        return None
-    try:
-        return check_base_url(value)
-    except ValueError as exc:
-        raise OptionError(f"{option} {value}: {exc}") from exc
-
-
-def version_option(value: str | None, option: str = "--vllm-version") -> str | None:
-    """A vLLM version option: MAJOR.MINOR[.PATCH] with an optional suffix (0.32.0, 0.11.0rc1, 0.32.0+cpu)."""
-    if value is not None and not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
-        raise OptionError(f"{option} {value!r}: expected a vLLM version MAJOR.MINOR.PATCH, such as 0.32.0")
-    return value
-
-
-def tokenizer_option(path: Path | None, option: str = "--tokenizer") -> Path | None:
-    """A local tokenizer: a directory holding tokenizer.json, or that file itself."""
-    if path is None:
-        return None
-    if not path.exists():
-        raise OptionError(f"{option} {path}: not found")
-    if path.is_dir() and not (path / "tokenizer.json").is_file():
-        raise OptionError(f"{option} {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
-    return path
-
-
-def refuse_existing(paths: list[Path], option: str) -> None:
-    """No command overwrites a file it did not create: an existing target needs --force."""
-    existing = [str(p) for p in paths if p.exists()]
-    if existing:
-        raise OutputExistsError(f"{option}: {', '.join(existing)} already exists; pass --force to replace it")
+from specguard.errors import ExitCode
+from specguard.validation import api_key_from_env, input_path, text_option, url_option, version_option
 
 
 class Arm(StrEnum):
@@ -85,7 +49,8 @@ def preflight(
     2 on bad input, 4 when no vLLM (or the --url server) could be reached.
     """
     from specguard.preflight.render import print_preflight
-    from specguard.preflight.run import load_command, load_config, run_preflight
+    from specguard.preflight.run import run_preflight
+    from specguard.vllm.serve_inputs import load_command, load_config
 
     version_option(vllm_version)
     if python is None or os.sep in str(python) or not shutil.which(str(python)):  # a bare name runs from PATH
@@ -123,18 +88,18 @@ def plan(
     gpu: Annotated[str | None, typer.Option(help="h100-80gb, h200-141gb, a100-40gb, a100-80gb, l40s, b200.")] = None,
     gpu_memory_gib: Annotated[float | None, typer.Option(help="A custom GPU memory size.")] = None,
     kv_cache_memory_gib: Annotated[float | None, typer.Option(help="Fixed KV budget per GPU (kv_cache_memory_bytes).")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor parallelism of the target.")] = 1,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor parallelism of the target.")] = None,
     draft: Annotated[str | None, typer.Option(help="Draft model or EAGLE head: catalog name or local directory.")] = None,
     method: Annotated[str | None, typer.Option(help="ngram, suffix, draft_model, eagle, eagle3, mtp, ...")] = None,
     draft_layers: Annotated[int | None, typer.Option(help="EAGLE head layers when no head directory is given.")] = None,
     draft_tp: Annotated[int | None, typer.Option(help="draft_tensor_parallel_size (1 or the target's TP).")] = None,
     num_speculative_tokens: Annotated[int | None, typer.Option(help="k; default by method.")] = None,
     dtype: Annotated[str | None, typer.Option(help="Weight dtype or quantization: bfloat16, fp8, awq, gptq, mxfp4...")] = None,
-    kv_cache_dtype: Annotated[str, typer.Option(help="auto (the model's dtype), fp8, ...")] = "auto",
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="auto (the model's dtype), fp8, ...")] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(help="Default: the version's (0.9, 0.92 from 0.20).")] = None,
-    non_kv_reserve_gib: Annotated[float, typer.Option(help="Activations, CUDA graphs, context per GPU.")] = 2.0,
+    non_kv_reserve_gib: Annotated[float | None, typer.Option(help="Activations, CUDA graphs, context per GPU.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Default: the model's max_position_embeddings.")] = None,
-    block_size: Annotated[int, typer.Option(help="KV block size in tokens.")] = 16,
+    block_size: Annotated[int | None, typer.Option(help="KV block size in tokens.")] = None,
     prompt_len: Annotated[int | None, typer.Option(help="Mean prompt tokens of the workload.")] = None,
     output_len: Annotated[int | None, typer.Option(help="Mean output tokens of the workload.")] = None,
     expected_concurrency: Annotated[int | None, typer.Option(help="Warn when speculation pushes it past KV capacity.")] = None,
@@ -145,18 +110,13 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
-    from specguard.sizing.catalog import resolve_gpu
-    from specguard.sizing.memory_plan import kv_dtype_bytes, weight_bits
     from specguard.sizing.render import print_plan
     from specguard.sizing.run import PLAN_OPTIONS, PlanRequest, build_plan
-    from specguard.validation import options
+    from specguard.validation import given, options
 
-    if (prompt_len is None) != (output_len is None):
-        raise OptionError("--prompt-len and --output-len go together")
-    version_option(vllm_version)
     request = options(
         PlanRequest,
-        dict(
+        given(
             target=target,
             gpu=gpu,
             gpu_memory_gib=gpu_memory_gib,
@@ -182,16 +142,6 @@ def plan(
         ),
         PLAN_OPTIONS,
     )
-    resolve_gpu(request.gpu, request.gpu_memory_gib)  # an unknown --gpu is refused before --url is asked
-    try:
-        if dtype is not None:
-            weight_bits(dtype)
-    except UsageError as exc:
-        raise OptionError(f"--dtype {dtype}: {exc}") from exc
-    try:
-        kv_dtype_bytes(kv_cache_dtype, "bfloat16")
-    except UsageError as exc:
-        raise OptionError(f"--kv-cache-dtype {kv_cache_dtype}: {exc}") from exc
     report = build_plan(request, api_key_from_env(api_key_env))
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -221,55 +171,24 @@ def inventory(
     """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
         return
-    from specguard.inventory.collect import from_args, from_server, lengths_from_runs
-    from specguard.preflight.run import load_command, load_config
-    from specguard.server_metrics.server_facts import inspect_server
+    from specguard.inventory.request import InventoryRequest, build_inventory
 
-    if url is None and command is None and plan_path is None:
-        raise OptionError("give --url (a running server), --command (its launch line) or --plan with --arm")
-    if arm is not None and plan_path is None:
-        raise OptionError("--arm goes with --plan (which check plan's arm to record)")
-    url_option(url)
-    text_option(command, "--command")
-    text_option(config, "--config")
-    if not force:
-        refuse_existing([out_path], "--out")
-    output_file(out_path, "--out")
-    args = load_command(command) if command is not None else None
-    if plan_path is not None:
-        launch_args, endpoint_url = _plan_arm(plan_path, arm)
-        args, url = args or launch_args, url or endpoint_url
-    cfg = load_config(config) if config is not None else None
-    lengths = lengths_from_runs(runs or [])
-    facts = inspect_server(url, api_key_from_env(api_key_env)) if url else None
-    if facts is not None and not facts.reachable:
-        raise ServerError(f"{url}: not reachable ({'; '.join(facts.errors)})")
-    if args is not None:
-        what = f"arm '{arm}' of {plan_path}" if plan_path else "command line"
-        inv = from_args(args, what + (f" and running server {url}" if url else ""), facts, gpu, lengths)
-    else:
-        assert facts is not None
-        inv = from_server(facts, cfg, gpu, lengths)
+    request = InventoryRequest(
+        url=url,
+        command=command,
+        config=config,
+        gpu=gpu,
+        plan_path=plan_path,
+        arm=arm.value if arm else None,
+        runs=runs or [],
+        # only a server is sent the key: a launch line alone needs none
+        api_key=api_key_from_env(api_key_env) if url is not None or plan_path is not None else None,
+        out_path=out_path,
+        force=force,
+    )
+    inv = build_inventory(request)
     out_path.write_text(inv.model_dump_json(indent=2))
     err.print(f"wrote {out_path}", highlight=False)
-
-
-def _plan_arm(plan_path: Path, arm: Arm | None) -> tuple[list[str] | None, str | None]:
-    """A plan arm as server arguments (launched) or its URL (endpoint)."""
-    from specguard.check.plan import load_plan
-    from specguard.embedded.launch import server_spec_for, uses_embedded
-    from specguard.embedded.models import ensure_models
-    from specguard.embedded.runtime import ensure_runtime
-    from specguard.inventory.collect import spec_args
-
-    if arm is None:
-        raise OptionError("--plan needs --arm baseline or --arm candidate")
-    plan = load_plan(plan_path)
-    chosen = getattr(plan.arms, arm.value)
-    if chosen.endpoint is not None:
-        return None, chosen.endpoint.base_url
-    models = ensure_models(ensure_runtime()) if uses_embedded(plan) else None
-    return spec_args(server_spec_for(chosen, models, 0)), None
 
 
 @inventory_app.command("diff", epilog=EXIT_CODES_EPILOG)
@@ -318,80 +237,30 @@ def assess(
     as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
-    from specguard.results.store import load_or_recompute_summary
-    from specguard.validation import read_input_text
-    from specguard.workload.assess import NO_LIMIT
-    from specguard.workload.assess import assess as run_assess
-    from specguard.workload.candidacy import LoadFacts
-    from specguard.workload.importers import SkipCounter, read_log
-    from specguard.workload.next_check import PLAN_FILES, write_check_plan
+    from specguard.workload.assess_request import AssessRequest, run_assessment
     from specguard.workload.render import print_assessment
-    from specguard.workload.tokenize import LocalTokenizer, ServerTokenizer
 
-    if (tokenizer is None) == (url is None):
-        raise OptionError("give exactly one of --tokenizer DIR or --url URL")
-    url_option(url)
-    tokenizer_option(tokenizer)
-    finite(capacity_rps, "--capacity-rps", positive=True)
-    if write_plan is not None and target_model is None:
-        raise OptionError("--write-plan needs --target-model (the model the plan launches)")
-    if not force:
-        refuse_existing([write_plan / name for name in PLAN_FILES] if write_plan else [], "--write-plan")
-        refuse_existing([requests_out] if requests_out else [], "--requests-out")
-    if requests_out is not None:
-        output_file(requests_out, "--requests-out")
-    rules = []
-    for rule in segment_rule or []:
-        name, sep, pattern = rule.partition("=")
-        if not sep or not name:
-            raise OptionError(f"--segment-rule {rule!r}: expected NAME=REGEX")
-        try:
-            rules.append((name, re.compile(pattern)))
-        except re.error as exc:
-            raise OptionError(f"--segment-rule {rule!r}: bad regular expression ({exc})") from exc
-    load = LoadFacts(capacity_rps=capacity_rps)
-    if bench_run is not None and capacity_rps is None:
-        load.capacity_rps = load_or_recompute_summary(bench_run).request_rate
-    if plan_json is not None:
-        plan_text = read_input_text(plan_json, "plan JSON")
-        try:
-            plan = json.loads(plan_text)
-            load.capacity_concurrency = plan["speculative"]["max_concurrency"]
-            load.plan_warnings = list(plan.get("warnings", []))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise OptionError(f"--plan-json {plan_json}: not a 'specguard plan --json' result ({exc})") from exc
-    if tokenizer is not None:
-        try:
-            tok: LocalTokenizer | ServerTokenizer = LocalTokenizer(tokenizer)
-        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
-            raise OptionError(f"--tokenizer {tokenizer}: cannot load its tokenizer.json ({exc})") from exc
-    else:
-        tok = ServerTokenizer(str(url), model, api_key_from_env(api_key_env))
-        for _ in read_log(log, log_format.value, SkipCounter() if skip_bad else None):
-            pass  # every line is checked before the first request goes to the server's /tokenize
-    items: list[dict[str, object]] = []
-    try:
-        report = run_assess(
-            log,
-            tok,
-            str(tokenizer or f"{url}/tokenize"),
-            fmt=log_format.value,
-            skip_bad=skip_bad,
-            rules=rules,
-            sweep=sweep,
-            suffix=suffix,
-            max_model_len=max_model_len or NO_LIMIT,
-            load=load,
-            collect=items,
-            requests_out=requests_out,
-        )
-    except Exception:
-        if requests_out is not None:
-            requests_out.unlink(missing_ok=True)  # a failed assessment leaves no half-written replay behind
-        raise
-    if write_plan is not None:
-        path = write_check_plan(report, items, write_plan, str(target_model), max_model_len)
-        report.check_plan = str(path) if path else None
+    request = AssessRequest(
+        log=log,
+        tokenizer=tokenizer,
+        url=url,
+        model=model,
+        log_format=log_format.value,
+        skip_bad=skip_bad,
+        segment_rules=segment_rule or [],
+        sweep=sweep,
+        suffix=suffix,
+        max_model_len=max_model_len,
+        capacity_rps=capacity_rps,
+        bench_run=bench_run,
+        plan_json=plan_json,
+        write_plan=write_plan,
+        requests_out=requests_out,
+        target_model=target_model,
+        api_key=api_key_from_env(api_key_env) if url is not None else None,  # only a server is sent the key
+        force=force,
+    )
+    report = run_assessment(request)
     if as_json:
         print(report.model_dump_json(indent=2))
     else:

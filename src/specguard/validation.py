@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
-from specguard.errors import InputFileError, OptionError
+from specguard.errors import InputFileError, OptionError, OutputExistsError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -99,6 +100,16 @@ def options(model: type[M], values: Mapping[str, Any], names: Mapping[str, str])
         return model.model_validate(dict(values))
     except ValidationError as exc:
         raise OptionError("; ".join(describe(exc, names))) from exc
+
+
+def default(model: type[BaseModel], field: str) -> Any:
+    """A request model field's default: the command line shows and uses the model's, so there is one source."""
+    return model.model_fields[field].default
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """The options that were given: an omitted one (None) takes its request model's default."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def finite(value: float | None, option: str, *, positive: bool = False, minimum: float | None = None) -> float | None:
@@ -183,3 +194,38 @@ def output_file(path: Path, option: str) -> Path:
     if not parent.is_dir():
         raise OptionError(f"{option} {path}: the directory {parent} does not exist")
     return path
+
+
+def url_option(value: str | None, option: str = "--url") -> str | None:
+    """A server URL option: http(s)://host[:port][/path], or a usage error naming the option."""
+    if value is None:
+        return None
+    try:
+        return check_base_url(value)
+    except ValueError as exc:
+        raise OptionError(f"{option} {value}: {exc}") from exc
+
+
+def version_option(value: str | None, option: str = "--vllm-version") -> str | None:
+    """A vLLM version option: MAJOR.MINOR[.PATCH] with an optional suffix (0.32.0, 0.11.0rc1, 0.32.0+cpu)."""
+    if value is not None and not re.fullmatch(r"v?\d+\.\d+[A-Za-z0-9.+-]*", value.strip()):
+        raise OptionError(f"{option} {value!r}: expected a vLLM version MAJOR.MINOR.PATCH, such as 0.32.0")
+    return value
+
+
+def tokenizer_option(path: Path | None, option: str = "--tokenizer") -> Path | None:
+    """A local tokenizer: a directory holding tokenizer.json, or that file itself."""
+    if path is None:
+        return None
+    if not path.exists():
+        raise OptionError(f"{option} {path}: not found")
+    if path.is_dir() and not (path / "tokenizer.json").is_file():
+        raise OptionError(f"{option} {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
+    return path
+
+
+def refuse_existing(paths: list[Path], option: str) -> None:
+    """No command overwrites a file it did not create: an existing target needs --force."""
+    existing = [str(p) for p in paths if p.exists()]
+    if existing:
+        raise OutputExistsError(f"{option}: {', '.join(existing)} already exists; pass --force to replace it")

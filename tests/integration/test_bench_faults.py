@@ -153,6 +153,7 @@ def test_hang_before_any_answer_on_every_second_request(scripted, tmp_path):
     f = faulty[0]
     assert not f.ok and f.error == "timed out after 1 s"
     assert f.http_status is None and f.chunk_tokens == [] and f.ttft_s is None
+    assert f.token_source is None and f.output_tokens is None  # no response: nothing was counted
     assert s.errors == 1 and s.error_kinds == {"timed out after 1 s": 1}
     assert "1 of 2 requests failed: 1 x timed out after 1 s" in s.warnings
 
@@ -185,6 +186,7 @@ def test_http_500_on_every_request_exit_4(scripted, tmp_path):
     assert len(recs) == 2
     for rec in recs:
         assert not rec.ok and rec.http_status == 500 and rec.chunk_tokens == [] and rec.ttft_s is None
+        assert rec.token_source is None and rec.output_tokens is None  # no stream: nothing was counted
         assert rec.error.startswith("HTTP 500: ")
         body = json.loads(rec.error.removeprefix("HTTP 500: "))
         assert body["error"]["type"] == "InternalServerError" and body["error"]["code"] == 500

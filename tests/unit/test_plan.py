@@ -53,7 +53,7 @@ prompts: [{source: "synthetic:random"}]
         (("model: m}}\n  candidate", "model: m, api_key: s}}\n  candidate"), "key 'arms.baseline.endpoint.api_key': unknown key"),
         (("target: true", "target: false"), "mark at least one traffic level"),
         (("temperature: 0", "temprature: 0"), "key 'sampling.0.temprature': unknown key"),
-        (("rate: 2, num_requests: 10", "rate: 2, concurrency: 3, num_requests: 10"), "only one of --rate, --concurrency"),
+        (("rate: 2, num_requests: 10", "rate: 2, concurrency: 3, num_requests: 10"), "only one of rate, concurrency"),
         (('{endpoint: {base_url: "http://127.0.0.1:8001", model: m}}', "{}"), "exactly one of 'launch' or 'endpoint'"),
         (('prompts: [{source: "synthetic:random"}]', "prompts: []"), "key 'prompts'"),
     ],

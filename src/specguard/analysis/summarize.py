@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl, tpot
-from specguard.results.models import GaugeSeries, MetricsSample, RequestRecord, Summary
+from specguard.results.models import Acceptance, GaugeSeries, MetricsSample, Percentiles, RequestRecord, Summary, TokenSource
 from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
 
 
@@ -36,6 +37,28 @@ def _gauge(samples: Sequence[MetricsSample], name: str) -> GaugeSeries | None:
     return GaugeSeries(samples=len(vals), mean=sum(vals) / len(vals), max=max(vals))
 
 
+@dataclass
+class _ClientTiming:
+    """What the client measured on the successful requests."""
+
+    itl: list[float] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)
+    tokens_per_chunk: list[int] = field(default_factory=list)
+    tpots: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _ServerWindow:
+    """What the server's counters say between the run's first and last scrape."""
+
+    acceptance: Acceptance | None = None
+    generation_tokens: float | None = None
+    preemptions: float | None = None
+    finished: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
 def summarize(
     records: Sequence[RequestRecord],
     samples: Sequence[MetricsSample],
@@ -48,71 +71,23 @@ def summarize(
     limits = limits or ClientLagLimits()
     ok = [r for r in records if r.ok]
     errors = len(records) - len(ok)
-    itl: list[float] = []
-    gaps: list[float] = []
-    tokens_per_chunk: list[int] = []
-    tpots: list[float] = []
-    for r in ok:
-        itl.extend(per_token_itl(r.chunk_times_s, r.chunk_tokens))
-        gaps.extend(inter_chunk_gaps(r.chunk_times_s))
-        tokens_per_chunk.extend(r.chunk_tokens)
-        v = tpot(r.ttft_s, r.e2e_s, r.output_tokens)
-        if v is not None:
-            tpots.append(v)
+    timing = _client_timing(ok)
     duration = _window(records)
     out_tokens = sum(r.output_tokens or 0 for r in ok)
-    notes: list[str] = []
-    warnings: list[str] = []
-
-    good = [s for s in samples if s.ok]
-    before = next((s for s in good if s.phase == "before"), good[0] if good else None)
-    after = next((s for s in reversed(good) if s.phase == "after"), good[-1] if good else None)
-    acc = acceptance(before, after) if before is not None and after is not None and before is not after else None
-    if not good:
-        notes.append("no /metrics scrape succeeded: no server-side figures (acceptance, KV usage, queue)")
-    elif after is not None and not has_spec_decode(after):  # never None here (good is not empty): says so to mypy
-        notes.append("the server exposes no spec-decode counters: speculative decoding is off on this server")
-    elif acc is not None and acc.drafts == 0:
-        notes.append("spec-decode counters present but no drafts were made in this run window")
-    if acc is not None and acc.rate is not None and acc.rate < 0.5:
-        warnings.append(f"acceptance rate {acc.rate:.2f} is below 0.5: speculation is likely net-negative here")
-
-    gen_tokens = counter_delta(before, after, "generation_tokens") if before and after and before is not after else None
-    preempt = counter_delta(before, after, "preemptions") if before and after and before is not after else None
-    finished: dict[str, float] = {}
-    if before is not None and after is not None and before is not after:
-        for reason, v in after.finished_by_reason.items():
-            finished[reason] = v - before.finished_by_reason.get(reason, 0.0)
-        _foreign_traffic(records, finished, gen_tokens, warnings)
-
-    gaps_count = sum(1 for s in samples if not s.ok)
-    if gaps_count:
-        warnings.append(f"{gaps_count} /metrics scrape(s) failed or were unparsable: gaps in the server series")
+    server = _server_window(records, samples)
+    scrape_gaps = sum(1 for s in samples if not s.ok)
     sources = Counter(r.token_source for r in ok)
-    if any(src != "server_usage" for src in sources):
-        warnings.append("some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate")
     send_lag = percentiles([r.send_lag_s for r in records], 1000.0)
     loop_lag = percentiles(loop_lags_s, 1000.0)
-    if send_lag.p99 is not None and send_lag.p99 > limits.send_lag_p99_ms:
-        warnings.append(
-            f"client send lag p99 {send_lag.p99:.1f} ms exceeds {limits.send_lag_p99_ms:g} ms: "
-            "the client did not release requests on time; the offered load was lower than planned"
-        )
-    if loop_lag.p99 is not None and loop_lag.p99 > limits.event_loop_lag_p99_ms:
-        warnings.append(
-            f"client event-loop lag p99 {loop_lag.p99:.1f} ms exceeds {limits.event_loop_lag_p99_ms:g} ms: "
-            "the client may be the bottleneck and its timestamps late"
-        )
-    if interrupted:
-        warnings.append("the run was interrupted: figures cover the requests finished before it stopped")
-    if incomplete:
-        warnings.append("incomplete run: no summary.json was written (the run was killed); recomputed from requests.jsonl")
     kinds = error_kinds(records)
-    if records and errors == len(records):
-        warnings.append(f"every request failed: {format_error_kinds(kinds)}")
-    elif errors:
-        warnings.append(f"{errors} of {len(records)} requests failed: {format_error_kinds(kinds)}")
-
+    warnings = [
+        *server.warnings,
+        *_scrape_warnings(scrape_gaps),
+        *_token_source_warnings(sources),
+        *_lag_warnings(send_lag, loop_lag, limits),
+        *_run_warnings(interrupted, incomplete),
+        *_error_warnings(len(records), errors, kinds),
+    ]
     return Summary(
         requests=len(records),
         errors=errors,
@@ -125,27 +100,107 @@ def summarize(
         output_tokens=out_tokens,
         output_tokens_per_s=out_tokens / duration if records else 0.0,
         ttft_ms=percentiles([r.ttft_s for r in ok if r.ttft_s is not None], 1000.0),
-        itl_ms=percentiles(itl, 1000.0),
-        tpot_ms=percentiles(tpots, 1000.0),
+        itl_ms=percentiles(timing.itl, 1000.0),
+        tpot_ms=percentiles(timing.tpots, 1000.0),
         e2e_ms=percentiles([r.e2e_s for r in ok if r.e2e_s is not None], 1000.0),
-        inter_chunk_ms=percentiles(gaps, 1000.0),
-        tokens_per_chunk=percentiles(tokens_per_chunk),
+        inter_chunk_ms=percentiles(timing.gaps, 1000.0),
+        tokens_per_chunk=percentiles(timing.tokens_per_chunk),
         send_lag_ms=send_lag,
         event_loop_lag_ms=loop_lag,
-        acceptance=acc,
+        acceptance=server.acceptance,
         kv_cache_usage=_gauge(samples, "kv_cache_usage"),
         requests_running=_gauge(samples, "requests_running"),
         requests_waiting=_gauge(samples, "requests_waiting"),
-        preemptions=preempt,
-        finished_by_reason=finished,
-        server_generation_tokens=gen_tokens,
+        preemptions=server.preemptions,
+        finished_by_reason=server.finished,
+        server_generation_tokens=server.generation_tokens,
         token_sources={str(k): v for k, v in sources.items()},
         segments=dict(Counter(r.segment for r in records)),
-        scrape_gaps=gaps_count,
-        notes=notes,
+        scrape_gaps=scrape_gaps,
+        notes=server.notes,
         warnings=warnings,
         definitions=METRIC_DEFINITIONS,
     )
+
+
+def _client_timing(ok: Sequence[RequestRecord]) -> _ClientTiming:
+    timing = _ClientTiming()
+    for r in ok:
+        timing.itl.extend(per_token_itl(r.chunk_times_s, r.chunk_tokens))
+        timing.gaps.extend(inter_chunk_gaps(r.chunk_times_s))
+        timing.tokens_per_chunk.extend(r.chunk_tokens)
+        v = tpot(r.ttft_s, r.e2e_s, r.output_tokens)
+        if v is not None:
+            timing.tpots.append(v)
+    return timing
+
+
+def _server_window(records: Sequence[RequestRecord], samples: Sequence[MetricsSample]) -> _ServerWindow:
+    """Counter deltas between the "before" and "after" scrapes (the first and last good ones if those are missing)."""
+    window = _ServerWindow()
+    good = [s for s in samples if s.ok]
+    before = next((s for s in good if s.phase == "before"), good[0] if good else None)
+    after = next((s for s in reversed(good) if s.phase == "after"), good[-1] if good else None)
+    pair = (before, after) if before is not None and after is not None and before is not after else None
+    acc = window.acceptance = acceptance(*pair) if pair else None
+    if not good:
+        window.notes.append("no /metrics scrape succeeded: no server-side figures (acceptance, KV usage, queue)")
+    elif after is not None and not has_spec_decode(after):  # never None here (good is not empty): says so to mypy
+        window.notes.append("the server exposes no spec-decode counters: speculative decoding is off on this server")
+    elif acc is not None and acc.drafts == 0:
+        window.notes.append("spec-decode counters present but no drafts were made in this run window")
+    if acc is not None and acc.rate is not None and acc.rate < 0.5:
+        window.warnings.append(f"acceptance rate {acc.rate:.2f} is below 0.5: speculation is likely net-negative here")
+    if pair:
+        before, after = pair
+        window.generation_tokens = counter_delta(before, after, "generation_tokens")
+        window.preemptions = counter_delta(before, after, "preemptions")
+        for reason, v in after.finished_by_reason.items():
+            window.finished[reason] = v - before.finished_by_reason.get(reason, 0.0)
+        _foreign_traffic(records, window.finished, window.generation_tokens, window.warnings)
+    return window
+
+
+def _scrape_warnings(gaps: int) -> list[str]:
+    return [f"{gaps} /metrics scrape(s) failed or were unparsable: gaps in the server series"] if gaps else []
+
+
+def _token_source_warnings(sources: Counter[TokenSource | None]) -> list[str]:
+    if any(src != "server_usage" for src in sources):
+        return ["some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate"]
+    return []
+
+
+def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLagLimits) -> list[str]:
+    warnings = []
+    if send_lag.p99 is not None and send_lag.p99 > limits.send_lag_p99_ms:
+        warnings.append(
+            f"client send lag p99 {send_lag.p99:.1f} ms exceeds {limits.send_lag_p99_ms:g} ms: "
+            "the client did not release requests on time; the offered load was lower than planned"
+        )
+    if loop_lag.p99 is not None and loop_lag.p99 > limits.event_loop_lag_p99_ms:
+        warnings.append(
+            f"client event-loop lag p99 {loop_lag.p99:.1f} ms exceeds {limits.event_loop_lag_p99_ms:g} ms: "
+            "the client may be the bottleneck and its timestamps late"
+        )
+    return warnings
+
+
+def _run_warnings(interrupted: bool, incomplete: bool) -> list[str]:
+    warnings = []
+    if interrupted:
+        warnings.append("the run was interrupted: figures cover the requests finished before it stopped")
+    if incomplete:
+        warnings.append("incomplete run: no summary.json was written (the run was killed); recomputed from requests.jsonl")
+    return warnings
+
+
+def _error_warnings(requests: int, errors: int, kinds: dict[str, int]) -> list[str]:
+    if requests and errors == requests:
+        return [f"every request failed: {format_error_kinds(kinds)}"]
+    if errors:
+        return [f"{errors} of {requests} requests failed: {format_error_kinds(kinds)}"]
+    return []
 
 
 def error_kinds(records: Sequence[RequestRecord]) -> dict[str, int]:

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.errors import InputFileError
-from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape
 from specguard.validation import HttpUrl, describe, read_input_text
@@ -74,6 +74,7 @@ class TrafficLevel(FiniteModel):
             duration_s=self.duration_s,
             warmup_requests=warmup,
             seed=seed,
+            names=PLAN_KEYS,
         )
 
     @property

@@ -8,7 +8,7 @@ schedule.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 from pydantic import ValidationError
@@ -82,24 +82,28 @@ def load_shape_from_options(
     duration_s: float | None = None,
     warmup_requests: int = 0,
     seed: int = 0,
+    names: Mapping[str, str] | None = None,
 ) -> LoadShape:
     """The load shape a bench command line asks for: exactly one of rate, concurrency or burst (none: idle).
 
-    Raises OptionError naming the flags when they do not make one shape or a value is out of bounds.
+    Raises OptionError naming the flags (or, with ``names``, the keys of a file: :data:`PLAN_KEYS`) when they
+    do not make one shape or a value is out of bounds.
     """
-    given = [name for name, v in (("--rate", rate), ("--concurrency", concurrency), ("--burst", burst)) if v is not None]
+    names = names or LOAD_OPTIONS
+    drivers = [names[key] for key in ("rate", "concurrency", "burst")]
+    given = [name for name, v in zip(drivers, (rate, concurrency, burst)) if v is not None]
     if len(given) > 1:
-        raise OptionError(f"give only one of --rate, --concurrency, --burst (got {', '.join(given)})")
+        raise OptionError(f"give only one of {', '.join(drivers)} (got {', '.join(given)})")
     if rate is not None:
         if arrival not in ("poisson", "constant", "gamma"):
-            raise OptionError(f"--arrival must be poisson, constant or gamma (got {arrival})")
+            raise OptionError(f"{names['arrival']} must be poisson, constant or gamma (got {arrival})")
         kind = arrival
     else:
         kind = "concurrency" if concurrency is not None else "burst" if burst is not None else "idle"
     if kind == "burst" and num_requests is None:
         num_requests = burst
     if num_requests is None and duration_s is None:
-        raise OptionError("give --num-requests and/or --duration")
+        raise OptionError(f"give {names['num_requests']} and/or {names['duration_s']}")
     try:
         return LoadShape(
             kind=kind,  # type: ignore[arg-type]  # a str checked above; LoadShape validates the Literal again
@@ -113,11 +117,12 @@ def load_shape_from_options(
             seed=seed,
         )
     except ValidationError as exc:
-        raise OptionError("; ".join(describe(exc, LOAD_OPTIONS))) from exc
+        raise OptionError("; ".join(describe(exc, names))) from exc
 
 
 LOAD_OPTIONS = {
     "rate": "--rate",
+    "arrival": "--arrival",
     "burstiness": "--burstiness",
     "concurrency": "--concurrency",
     "burst": "--burst",
@@ -125,4 +130,17 @@ LOAD_OPTIONS = {
     "duration_s": "--duration",
     "warmup_requests": "--warmup",
     "seed": "--seed",
+}
+
+# The same, named as a check plan's traffic level (and its top-level warmup and seed) names them.
+PLAN_KEYS = {
+    "rate": "rate",
+    "arrival": "arrival",
+    "burstiness": "burstiness",
+    "concurrency": "concurrency",
+    "burst": "burst",
+    "num_requests": "num_requests",
+    "duration_s": "duration_s",
+    "warmup_requests": "warmup",
+    "seed": "seed",
 }

@@ -96,6 +96,9 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
     if error is None and not parsed.done:
         error = "stream ended before [DONE]"
     times, tokens, source, total = chunk_token_counts(parsed, tokenizer)
+    # No stream came back (an HTTP error, or no response at all): there were no chunks to count, so the
+    # record says "unknown" (None), not "0 tokens by chunk count".
+    streamed = res.http_status == 200
     return RequestRecord(
         index=f.index,
         seq=f.seq,
@@ -112,9 +115,9 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         stream_end_s=res.stream_end,
         chunk_times_s=times,
         chunk_tokens=tokens,
-        token_source=source,
+        token_source=source if streamed else None,
         prompt_tokens=parsed.prompt_tokens,
-        output_tokens=total,
+        output_tokens=total if streamed else None,
         finish_reason=parsed.finish_reason,
         temperature=f.temperature,
         max_tokens=f.max_tokens,

@@ -258,18 +258,174 @@ async def _measure(
     progress: ProgressSink,
     tokenizer_dir: Path | None,
 ) -> Summary:
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    cpus = busy_poll_cpus() if cfg.busy_poll else None
-    previous_cpus = os.sched_getaffinity(0) if cpus else None
-    helper_cpus = cpus[1] if cpus else None
-    recorder = Recorder(
-        writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel, cpus=helper_cpus
-    )
-    run = _Run(cfg, recorder)
-    phase: Literal["warm-up", "measurement"] = "warm-up"
-    interrupted = False
-    info = RunInfo(
+    return await _Measurement(cfg, session, writer, server_version, progress, tokenizer_dir).run()
+
+
+class _Measurement:
+    """One run after the probe, as named steps; its state is what the steps hand each other and the cleanup."""
+
+    def __init__(
+        self,
+        cfg: BenchConfig,
+        session: aiohttp.ClientSession,
+        writer: RunWriter,
+        server_version: str | None,
+        progress: ProgressSink,
+        tokenizer_dir: Path | None,
+    ) -> None:
+        main_task = asyncio.current_task()
+        assert main_task is not None
+        self.main_task = main_task
+        self.cfg, self.session, self.writer, self.progress = cfg, session, writer, progress
+        self.cpus = busy_poll_cpus() if cfg.busy_poll else None
+        self.previous_cpus = os.sched_getaffinity(0) if self.cpus else None
+        self.helper_cpus = self.cpus[1] if self.cpus else None
+        self.recorder = Recorder(
+            writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel, cpus=self.helper_cpus
+        )
+        self.run_state = _Run(cfg, self.recorder)
+        self.phase: Literal["warm-up", "measurement"] = "warm-up"
+        self.interrupted = False
+        self.info = _run_info(cfg, server_version)
+        self.scraper: ScraperProcess | None = None
+        self.gc_was_enabled = False
+
+    async def run(self) -> Summary:
+        try:
+            try:
+                await self._start_helpers()
+                await self.run_state.warmup(self.session)
+                first = await self._scrape_before()
+                self._start_clock(first)
+                await self._dispatch()
+            except asyncio.CancelledError:
+                # Ctrl-C, SIGTERM, or a record writer that failed: finish the bookkeeping below, then end normally.
+                self.interrupted = self.recorder.failure is None
+                self.main_task.uncancel()
+            await self._scrape_after()
+        finally:
+            await self._release()
+        return self._finish()
+
+    async def _start_helpers(self) -> None:
+        await self.recorder.start()
+        if self.cfg.metrics_url:
+            self.scraper = ScraperProcess(
+                self.cfg.metrics_url, self.cfg.scrape_interval_s, self.writer.metrics.path, self.helper_cpus
+            )
+            await asyncio.to_thread(self.scraper.launch)
+
+    async def _scrape_before(self) -> MetricsSample | None:
+        if not self.cfg.metrics_url:
+            return None
+        first = await scrape_once(self.session, self.cfg.metrics_url, time.monotonic(), "before")
+        self.info.cache_config = first.cache_config
+        return first
+
+    def _start_clock(self, first: MetricsSample | None) -> None:
+        """Time zero of the measurement: garbage collection off, the busy-poll core taken, run.json written."""
+        # No cyclic garbage collection while timing: a collection paused the loop for 1-3 ms, always at the
+        # same chunks (200 streams: the 3rd and 10th of each), and every stream receiving in that moment was
+        # stamped late by as much. Reference counting still frees nearly everything: 2,000 requests left 355
+        # objects in cycles (20 MB peak growth in all), collected at the end.
+        gc.collect()
+        gc.freeze()
+        self.gc_was_enabled = gc.isenabled()
+        gc.disable()
+        if self.cpus is not None:
+            set_cpus(self.cpus[0])
+        t0 = self.run_state.t0 = time.monotonic()
+        self.info.started_unix = time.time()
+        self.info.started_monotonic = t0
+        if self.scraper is not None and first is not None:
+            self.writer.metrics.append(first.model_copy(update={"t_s": 0.0}))
+            self.scraper.begin(t0)
+        self.writer.write_run(self.info)
+        self.phase = "measurement"
+
+    async def _dispatch(self) -> None:
+        lag_task = asyncio.create_task(self.run_state.monitor_loop_lag())
+        spin_task = asyncio.create_task(_busy_poll()) if self.cfg.busy_poll else None
+        self.progress.started(self.cfg.load.num_requests, self.cfg.load.duration_s)
+        try:
+            await self.run_state.dispatch(self.session)
+        finally:
+            lag_task.cancel()
+            if spin_task is not None:
+                spin_task.cancel()
+
+    async def _scrape_after(self) -> None:
+        if self.scraper is None or self.phase != "measurement" or self.recorder.failure is not None:
+            return
+        self.scraper.stop()
+        self.scraper = None
+        assert self.cfg.metrics_url is not None  # a scraper runs only with a metrics URL
+        try:
+            # vLLM updates its counters as it emits the last chunk; give it a moment.
+            await asyncio.sleep(0.3)
+            self.writer.metrics.append(await scrape_once(self.session, self.cfg.metrics_url, self.run_state.t0, "after"))
+        except asyncio.CancelledError:  # a second signal: no "after" scrape, the run still closes its files
+            self.interrupted = True
+            self.main_task.uncancel()
+
+    async def _release(self) -> None:
+        if self.gc_was_enabled:
+            gc.enable()
+        gc.unfreeze()
+        set_cpus(self.previous_cpus)
+        if self.scraper is not None:
+            self.scraper.stop()
+        await self.recorder.close()
+
+    def _finish(self) -> Summary:
+        """The run's summary from what is on disk, and run.json and summary.json written beside the records."""
+        self._stamp_end()
+        records, samples = self._read_back()
+        summary = summarize(
+            records, samples, interrupted=self.interrupted, loop_lags_s=self.run_state.loop_lags, limits=self.cfg.lag_limits
+        )
+        if self.interrupted and self.phase == "warm-up":
+            summary.notes.insert(0, "interrupted during warm-up: no request was measured")
+        if self.recorder.failure is not None:
+            raise OutputWriteError(
+                f"{self.writer.requests_path}: {self.recorder.failure}; the {len(records)} records written before it are kept"
+            )
+        self._write_outputs(summary, len(records))
+        return summary
+
+    def _stamp_end(self) -> None:
+        self.info.finished_unix = time.time()
+        self.info.interrupted = self.interrupted
+        self.info.interrupted_phase = self.phase if self.interrupted else None
+
+    def _read_back(self) -> tuple[list[RequestRecord], list[MetricsSample]]:
+        if not self.cfg.out_dir.is_dir():
+            raise OutputWriteError(
+                f"{self.cfg.out_dir}: the output directory vanished during the run; its request records went with it"
+            )
+        records = read_jsonl(self.writer.requests_path, RequestRecord)
+        records.sort(key=lambda r: r.seq)
+        return records, read_jsonl(self.writer.metrics.path, MetricsSample)
+
+    def _write_outputs(self, summary: Summary, n_records: int) -> None:
+        out_dir = self.cfg.out_dir
+        try:
+            self.writer.write_run(self.info)
+            self.writer.write_summary(summary)
+        except OSError as exc:
+            if not out_dir.is_dir():
+                raise OutputWriteError(
+                    f"{out_dir}: the output directory vanished during the run; its {n_records} request records went with it"
+                ) from exc
+            raise OutputWriteError(
+                f"{out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
+                f"{n_records} request records are kept in {self.writer.requests_path}"
+            ) from exc
+
+
+def _run_info(cfg: BenchConfig, server_version: str | None) -> RunInfo:
+    """run.json as it is before the measurement starts; the start and end are stamped as they happen."""
+    return RunInfo(
         tool_version=__version__,
         base_url=cfg.base_url,
         api=cfg.api,
@@ -286,94 +442,3 @@ async def _measure(
         started_unix=time.time(),
         started_monotonic=time.monotonic(),
     )
-    scraper: ScraperProcess | None = None
-    gc_was_enabled = False
-    try:
-        try:
-            await recorder.start()
-            if cfg.metrics_url:
-                scraper = ScraperProcess(cfg.metrics_url, cfg.scrape_interval_s, writer.metrics.path, helper_cpus)
-                await asyncio.to_thread(scraper.launch)
-            await run.warmup(session)
-            first = None
-            if cfg.metrics_url:
-                first = await scrape_once(session, cfg.metrics_url, time.monotonic(), "before")
-                info.cache_config = first.cache_config
-            # No cyclic garbage collection while timing: a collection paused the loop for 1-3 ms, always at the
-            # same chunks (200 streams: the 3rd and 10th of each), and every stream receiving in that moment was
-            # stamped late by as much. Reference counting still frees nearly everything: 2,000 requests left 355
-            # objects in cycles (20 MB peak growth in all), collected at the end.
-            gc.collect()
-            gc.freeze()
-            gc_was_enabled = gc.isenabled()
-            gc.disable()
-            if cpus is not None:
-                set_cpus(cpus[0])
-            run.t0 = time.monotonic()
-            info.started_unix = time.time()
-            info.started_monotonic = run.t0
-            if scraper is not None and first is not None:
-                writer.metrics.append(first.model_copy(update={"t_s": 0.0}))
-                scraper.begin(run.t0)
-            writer.write_run(info)
-            phase = "measurement"
-            lag_task = asyncio.create_task(run.monitor_loop_lag())
-            spin_task = asyncio.create_task(_busy_poll()) if cfg.busy_poll else None
-            progress.started(cfg.load.num_requests, cfg.load.duration_s)
-            try:
-                await run.dispatch(session)
-            finally:
-                lag_task.cancel()
-                if spin_task is not None:
-                    spin_task.cancel()
-        except asyncio.CancelledError:
-            # Ctrl-C, SIGTERM, or a record writer that failed: finish the bookkeeping below, then end normally.
-            interrupted = recorder.failure is None
-            main_task.uncancel()
-        if scraper is not None and phase == "measurement" and recorder.failure is None:
-            scraper.stop()
-            scraper = None
-            try:
-                # vLLM updates its counters as it emits the last chunk; give it a moment.
-                await asyncio.sleep(0.3)
-                # Why the ignore below: metrics_url is set whenever metrics are scraped (the caller checks it)
-                writer.metrics.append(await scrape_once(session, cfg.metrics_url, run.t0, "after"))  # type: ignore[arg-type]
-            except asyncio.CancelledError:  # a second signal: no "after" scrape, the run still closes its files
-                interrupted = True
-                main_task.uncancel()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-        gc.unfreeze()
-        set_cpus(previous_cpus)
-        if scraper is not None:
-            scraper.stop()
-        await recorder.close()
-    info.finished_unix = time.time()
-    info.interrupted = interrupted
-    info.interrupted_phase = phase if interrupted else None
-    if not cfg.out_dir.is_dir():
-        raise OutputWriteError(f"{cfg.out_dir}: the output directory vanished during the run; its request records went with it")
-    records = read_jsonl(writer.requests_path, RequestRecord)
-    records.sort(key=lambda r: r.seq)
-    samples = read_jsonl(writer.metrics.path, MetricsSample)
-    summary = summarize(records, samples, interrupted=interrupted, loop_lags_s=run.loop_lags, limits=cfg.lag_limits)
-    if interrupted and phase == "warm-up":
-        summary.notes.insert(0, "interrupted during warm-up: no request was measured")
-    if recorder.failure is not None:
-        raise OutputWriteError(
-            f"{writer.requests_path}: {recorder.failure}; the {len(records)} records written before it are kept"
-        )
-    try:
-        writer.write_run(info)
-        writer.write_summary(summary)
-    except OSError as exc:
-        if not cfg.out_dir.is_dir():
-            raise OutputWriteError(
-                f"{cfg.out_dir}: the output directory vanished during the run; its {len(records)} request records went with it"
-            ) from exc
-        raise OutputWriteError(
-            f"{cfg.out_dir}: cannot write the run's files ({exc.strerror or exc}); the "
-            f"{len(records)} request records are kept in {writer.requests_path}"
-        ) from exc
-    return summary

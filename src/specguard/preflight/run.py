@@ -14,27 +14,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specguard.errors import UsageError
 from specguard.preflight import discover
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
-from specguard.validation import read_input_text
 from specguard.vllm import knowledge as K
 from specguard.vllm.findings import Finding, errors
 from specguard.vllm.serve_command import (
-    CommandError,
     extract_speculation,
     model_argument,
     option_value,
-    server_args,
-    split_command,
 )
 from specguard.vllm.server_spec import redact_argv
 from specguard.vllm.spec_forms import config_json, to_legacy_flags, to_spec_args
-
-
-class PreflightInputError(UsageError):
-    """Bad input: the message names the file or option, the position and what was expected."""
 
 
 class SurfaceReport(K.Surface):
@@ -66,37 +57,6 @@ class PreflightReport(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     translations: Translations | None = None
     server: ServerFacts | None = None
-
-
-def load_config(text: str) -> dict[str, Any]:
-    """``--config``: a JSON object, or a path to a file holding one (a path that does not exist is reported as missing)."""
-    source = "--config"
-    if not text.lstrip().startswith(("{", "[")):
-        source, text = text, read_input_text(Path(text), "speculative config")
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PreflightInputError(
-            f"{source}: line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg}); "
-            'expected an object such as {"method": "ngram", "num_speculative_tokens": 4}'
-        ) from exc
-    if not isinstance(value, dict):
-        raise PreflightInputError(f"{source}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def load_command(text: str) -> list[str]:
-    """``--command``: a ``vllm serve`` line or a systemd unit (file path or text) -> the server's arguments.
-
-    One word with no spaces is a file path, and must exist; anything else is the command text itself.
-    """
-    source = "--command"
-    if "\n" not in text and not any(c.isspace() for c in text.strip()):
-        source, text = text, read_input_text(Path(text), "command file")
-    try:
-        return server_args(split_command(text))
-    except CommandError as exc:
-        raise PreflightInputError(f"{source}: {exc}") from exc
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -91,7 +91,7 @@ class RequestRecord(StrictModel):
     stream_end_s: float | None = Field(description="send -> end of the response stream")
     chunk_times_s: list[float]
     chunk_tokens: list[int]
-    token_source: TokenSource
+    token_source: TokenSource | None = Field(description="None when no stream came back (no tokens to count)")
     prompt_tokens: int | None
     output_tokens: int | None
     finish_reason: str | None

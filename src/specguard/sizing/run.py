@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specguard.embedded.runtime import default_runtime_dir, load_manifest
+from specguard.errors import OptionError, ServerError, UsageError
 from specguard.preflight.rules import RuleContext, check_config
 from specguard.server_metrics.server_facts import ServerFacts, inspect_server
 from specguard.sizing.catalog import GIB, GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
@@ -25,7 +26,7 @@ from specguard.sizing.memory_plan import (
     weight_bits,
 )
 from specguard.sizing.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
-from specguard.validation import HttpUrl, read_input_text
+from specguard.validation import HttpUrl, read_input_text, version_option
 from specguard.vllm import knowledge as K
 from specguard.vllm.findings import Finding
 from specguard.vllm.spec_forms import config_json, to_spec_args
@@ -60,6 +61,16 @@ class PlanRequest(BaseModel):
     gate1: Path | None = None
     vllm_version: str | None = None
     url: HttpUrl | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_agree(cls, values: Any) -> Any:
+        """Checked before any single field, as the command line always reported them first."""
+        if isinstance(values, dict):
+            if (values.get("prompt_len") is None) != (values.get("output_len") is None):
+                raise OptionError("--prompt-len and --output-len go together")
+            version_option(values.get("vllm_version"))
+        return values
 
 
 # The option of each PlanRequest field, for messages.
@@ -213,7 +224,32 @@ def _evidence(path: Path | None) -> Gate1Evidence | None:
         raise SizingError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
 
 
+def _check_names(req: PlanRequest) -> None:
+    """The GPU and dtype names, refused before anything is resolved or any server is asked."""
+    resolve_gpu(req.gpu, req.gpu_memory_gib)
+    try:
+        if req.dtype is not None:
+            weight_bits(req.dtype)
+    except UsageError as exc:
+        raise OptionError(f"--dtype {req.dtype}: {exc}") from exc
+    try:
+        kv_dtype_bytes(req.kv_cache_dtype, "bfloat16")
+    except UsageError as exc:
+        raise OptionError(f"--kv-cache-dtype {req.kv_cache_dtype}: {exc}") from exc
+
+
+def _server(req: PlanRequest, api_key: str | None) -> ServerFacts | None:
+    """The --url server's facts; one that cannot be reached is a runtime failure, not a plan without it."""
+    if not req.url:
+        return None
+    server = inspect_server(req.url, api_key)
+    if not server.reachable:
+        raise ServerError(f"{req.url}: not reachable ({'; '.join(server.errors)})")
+    return server
+
+
 def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
+    _check_names(req)
     target = resolve_model(req.target)
     draft = resolve_model(req.draft) if req.draft else None
     check_tensor_parallel(target, req.tensor_parallel_size, "--tp")
@@ -241,7 +277,7 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
         )
     if method == "suffix":
         notes.append("suffix decoding keeps its trees in host memory, not the KV cache")
-    server = inspect_server(req.url, api_key) if req.url else None
+    server = _server(req, api_key)
     gpu = resolve_gpu(req.gpu, req.gpu_memory_gib)
     target_summary = _summary(target, dtype, kv_bytes)
     inputs = MemoryInputs(

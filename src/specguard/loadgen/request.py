@@ -1,0 +1,176 @@
+"""What ``specguard bench`` is asked (``BenchRequest``), and the library call that answers it.
+
+The command line only parses its options into a ``BenchRequest`` and hands it
+to :func:`bench`. Defaults come from the models the run itself uses
+(``BenchConfig``, ``LoadShape``), so an option, a check plan and the library
+agree; bounds stay on those models and are reported under the option's name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from specguard.analysis.summarize import format_error_kinds
+from specguard.errors import Interrupted, OptionError, OutputExistsError, RequestsFailedError
+from specguard.loadgen import runner
+from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.loadgen.prompts import load_prompts
+from specguard.loadgen.runner import BenchConfig, ProgressSink
+from specguard.results.models import LoadShape, Summary
+from specguard.results.store import REQUESTS_FILE, RUN_FILE
+from specguard.server_metrics.server_facts import server_root
+from specguard.validation import check_base_url, default, finite, options, tokenizer_option
+
+# Option name of each BenchConfig field, for messages that name what the user typed.
+BENCH_OPTIONS = {
+    "base_url": "--base-url",
+    "model": "--model",
+    "metrics_url": "--metrics-url",
+    "request_timeout_s": "--request-timeout",
+    "scrape_interval_s": "--scrape-interval",
+    "out_dir": "--out",
+    "load.rate": "--rate",
+    "load.concurrency": "--concurrency",
+    "load.burst": "--burst",
+    "load.burstiness": "--burstiness",
+    "load.num_requests": "--num-requests",
+    "load.duration_s": "--duration",
+    "load.warmup_requests": "--warmup",
+    "load.seed": "--seed",
+    "sampling.temperature": "--temperature",
+    "sampling.top_p": "--top-p",
+    "sampling.max_tokens": "--max-tokens",
+}
+
+# The float options checked for finiteness, in the order their messages take precedence.
+_FLOAT_OPTIONS = (
+    ("rate", "--rate"),
+    ("burstiness", "--burstiness"),
+    ("duration", "--duration"),
+    ("request_timeout", "--request-timeout"),
+    ("scrape_interval", "--scrape-interval"),
+    ("temperature", "--temperature"),
+    ("top_p", "--top-p"),
+)
+
+
+class BenchRequest(BaseModel):
+    """One ``specguard bench`` invocation, options as given (``metrics_url`` None: BASE/metrics, 'none': off)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    model: str
+    prompts: str
+    out: Path
+    rate: float | None = None
+    arrival: Literal["poisson", "constant", "gamma"] | None = None
+    burstiness: float | None = None
+    concurrency: int | None = None
+    burst: int | None = None
+    num_requests: int | None = None
+    duration: float | None = None
+    warmup: int = default(LoadShape, "warmup_requests")
+    api: Literal["completions", "chat"] = default(BenchConfig, "api")
+    metrics_url: str | None = None
+    scrape_interval: float = default(BenchConfig, "scrape_interval_s")
+    seed: int = default(LoadShape, "seed")
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    ignore_eos: bool | None = None
+    api_key: str | None = None
+    tokenizer: Path | None = None
+    request_timeout: float = default(BenchConfig, "request_timeout_s")
+    busy_poll: bool = default(BenchConfig, "busy_poll")
+
+    @model_validator(mode="after")
+    def _options_agree(self) -> BenchRequest:
+        """The checks no single model field can make, in the order the command line reports them."""
+        for field, option in _FLOAT_OPTIONS:
+            finite(getattr(self, field), option)
+        finite(self.burstiness, "--burstiness", positive=True)
+        if self.arrival is not None and self.rate is None:
+            raise OptionError(f"--arrival {self.arrival} needs --rate (it shapes an open-loop schedule)")
+        if self.burstiness is not None and self.arrival != "gamma":
+            raise OptionError("--burstiness applies to --arrival gamma only")
+        try:
+            check_base_url(self.base_url)
+        except ValueError as exc:
+            raise OptionError(f"--base-url {self.base_url}: {exc}") from exc
+        if not self.prompts.strip():
+            raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
+        return self
+
+
+def bench(request: BenchRequest, progress: ProgressSink | None = None) -> Summary:
+    """Validate everything, then run the benchmark into ``request.out`` and return its summary."""
+    cfg = bench_config(request)
+    return runner.run_async(runner.run_bench(cfg, progress, request.tokenizer))
+
+
+def bench_config(request: BenchRequest) -> BenchConfig:
+    """The run's configuration; every option and the output directory are checked before the server is asked."""
+    load = load_shape_from_options(
+        rate=request.rate,
+        arrival=request.arrival or "poisson",
+        burstiness=request.burstiness or 1.0,
+        concurrency=request.concurrency,
+        burst=request.burst,
+        num_requests=request.num_requests,
+        duration_s=request.duration,
+        warmup_requests=request.warmup,
+        seed=request.seed,
+    )
+    tokenizer_option(request.tokenizer)
+    _check_new_run_dir(request.out)
+    return options(
+        BenchConfig,
+        {
+            "base_url": request.base_url,
+            "model": request.model,
+            "api": request.api,
+            "prompts": load_prompts(request.prompts, seed=request.seed),
+            "load": load,
+            "sampling": {
+                "temperature": request.temperature,
+                "top_p": request.top_p,
+                "max_tokens": request.max_tokens,
+                "ignore_eos": request.ignore_eos,
+            },
+            "metrics_url": _metrics_url(request),
+            "out_dir": request.out,
+            "api_key": request.api_key,
+            "request_timeout_s": request.request_timeout,
+            "scrape_interval_s": request.scrape_interval,
+            "busy_poll": request.busy_poll,
+        },
+        BENCH_OPTIONS,
+    )
+
+
+def raise_for_outcome(summary: Summary, out: Path) -> None:
+    """After the summary is shown: an interrupted run, or one where every request failed, ends as an error."""
+    if summary.interrupted:
+        during = " during warm-up" if summary.notes and "warm-up" in summary.notes[0] else ""
+        raise Interrupted(f"interrupted{during}: {summary.requests} requests recorded in {out}")
+    if summary.requests and summary.errors == summary.requests:
+        raise RequestsFailedError(f"every request failed ({summary.errors}): {format_error_kinds(summary.error_kinds)}")
+
+
+def _metrics_url(request: BenchRequest) -> str | None:
+    if request.metrics_url == "none":
+        return None
+    return request.metrics_url or f"{server_root(request.base_url)}/metrics"
+
+
+def _check_new_run_dir(out: Path) -> None:
+    """A run never lands on top of a file or of another run; refused here, before the server is asked anything."""
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--out {out}: is a file; expected a new run directory")
+    held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]
+    if held:
+        raise OutputExistsError(f"--out {out}: already holds a run ({', '.join(held)}); choose a new --out directory")
