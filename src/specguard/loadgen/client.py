@@ -51,7 +51,7 @@ class ArrivalStampedBuffer(collections.deque[bytes]):
     aiohttp's ``StreamReader.feed_data`` appends every body piece to its
     ``_buffer`` deque from within the protocol's ``data_received``; this deque
     records ``(seconds after send, bytes)`` into ``res.pieces`` at that
-    moment. ``tests/unit/test_client_stamps.py`` fails if an aiohttp upgrade
+    moment. ``tests/unit/loadgen/test_client_stamps.py`` fails if an aiohttp upgrade
     stops calling ``append``.
     """
 

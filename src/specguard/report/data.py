@@ -3,7 +3,7 @@
 Built once by the check side (``build_report_data`` in check/report.py),
 the only code that reads run directories for a report; ``render_markdown``,
 ``render_html`` and ``render_terminal`` are pure functions of it. Nothing
-under report/ imports from the check package (tests/unit/test_report.py checks).
+under report/ imports from the check package (tests/unit/report/test_report.py checks).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def test_one_number_format_with_one_nan_rule():
     assert fmt_range(float("nan"), 2.0) == "--2.00" and fmt_percent(0.031) == "3.1 %" and fmt_percent(None) == "-"
 
 
-REPORT = Path(__file__).resolve().parents[2] / "src" / "specguard" / "report"
+REPORT = Path(__file__).resolve().parents[3] / "src" / "specguard" / "report"
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in REPORT.glob("*.py")))

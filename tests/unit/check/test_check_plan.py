@@ -8,7 +8,7 @@ from specguard.check.plan import CheckPlanError, load_plan
 from specguard.check.runner import blocks
 from specguard.demo import DEMO_PLAN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("name", ["embedded-ngram.yaml", "gpu-llama70b-draft8b.yaml", "gpu-llama70b-ngram.yaml"])

@@ -128,7 +128,7 @@ def test_unparsable_text_raises():
 
 
 def test_foreign_traffic_is_reported():
-    from tests.unit.test_request_metrics import _record
+    from tests.unit.analysis.test_request_metrics import _record
 
     recs = [_record(i, [0.1, 0.2], [1, 1]) for i in range(3)]
     before = parse_metrics_text(new(stop=0, gen=0), 0.0, "before")
