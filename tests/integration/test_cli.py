@@ -1,16 +1,30 @@
-"""The command line, end to end against the scripted server: contract flags, files, exit codes."""
+"""The command line, end to end against the scripted server: contract flags, files, exit codes.
+
+In-process (typer's CliRunner, through the same ``run_group`` exit-code mapping as the console script): no
+signal is involved here; the tests that send signals run the CLI as a process (test_signals*.py).
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from dataclasses import dataclass
 
+from typer.testing import CliRunner
+
+from specguard.cli import app
 from specguard.results.models import RequestRecord, Summary
 
 
-def specguard(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specguard", *args], capture_output=True, text=True, timeout=timeout)
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def specguard(*args: str, env: dict[str, str] | None = None) -> Ran:
+    r = CliRunner().invoke(app, list(args), env=env)
+    return Ran(r.exit_code, r.stdout, r.stderr)
 
 
 def test_bench_contract_and_summary(scripted, tmp_path):
@@ -174,29 +188,21 @@ def test_api_key_is_sent_but_never_written(scripted, tmp_path, monkeypatch):
     server = scripted(ttft_ms=2, interval_ms=2, chunks=2)
     out = tmp_path / "run"
     secret = "sk-specguard-test-secret-123"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specguard",
-            "bench",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "scripted",
-            "--prompts",
-            "synthetic:random",
-            "--out",
-            str(out),
-            "--num-requests",
-            "2",
-            "--api-key-env",
-            "SG_TEST_KEY",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**__import__("os").environ, "SG_TEST_KEY": secret},
+    proc = specguard(
+        "bench",
+        "--base-url",
+        server.base_url,
+        "--model",
+        "scripted",
+        "--prompts",
+        "synthetic:random",
+        "--out",
+        str(out),
+        "--num-requests",
+        "2",
+        "--api-key-env",
+        "SG_TEST_KEY",
+        env={"SG_TEST_KEY": secret},
     )
     assert proc.returncode == 0, proc.stderr
     assert all(log.authorized for log in server.chunk_logs().values())
