@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import aiohttp
-import uvloop
 from pydantic import BaseModel, ConfigDict, Field
 
 from specguard import __version__
@@ -210,7 +209,8 @@ def sent_sampling(cfg: BenchConfig) -> dict[str, list[float | int | bool | None]
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on uvloop: its wake-ups and socket reads are several times cheaper than asyncio's own loop.
 
-    Ctrl-C cancels the main task (asyncio's runner does that); SIGTERM and
+    Where uvloop is not installed (pyproject leaves it out on Windows) asyncio's
+    own loop runs it, with coarser timestamps under load. Ctrl-C cancels the main task (asyncio's runner does that); SIGTERM and
     SIGHUP are made to do the same, so a run always finishes its files.
     """
 
@@ -220,6 +220,10 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         with terminations_cancel(task.cancel):
             return await coro
 
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
     return uvloop.run(main())
 
 
