@@ -1,0 +1,434 @@
+"""The canary's per-window analysis: candidate against baseline, per segment and metric, with error control. Pure.
+
+Per window and segment every metric gets two numbers that answer different questions:
+
+* a one-sided rank test (Mann-Whitney U, on one value per request: its own value, or the mean of its
+  per-token values, as ``analysis.ab_statistics`` does), asking "is the candidate worse at all?";
+* the percentile ratio candidate / baseline with a percentile-bootstrap interval, from
+  ``analysis.ab_statistics.compare_percentile``, asking "by how much?".
+
+A metric FAILs only when both say so (Kayenta's effect-size gate): the test is significant at this look's
+threshold AND the ratio's point estimate is beyond the metric's budget. A significant but small change is
+no reason to roll back; a large but noisy one is no evidence. Fewer than ``min_samples`` requests in either
+arm make the metric INCONCLUSIVE: a window without evidence holds, it never promotes and never rolls back.
+
+Matched comparison. At 5 % of traffic the candidate pool carries far less load than the baseline pool, and
+latency (and speculation's effect) depends on load, so comparing the pools as they come flatters the
+candidate. Three comparisons, chosen in this order and named in every result:
+
+* ``control``: a control pool (a baseline replica receiving the candidate's share, Kayenta's new-baseline
+  pattern) is given, so candidate and control carry the same load: compared directly.
+* ``stratified``: otherwise, within strata of the per-replica in-flight count at send time (each sample
+  carries it). Strata are the power-of-two bins {0}, {1}, {2-3}, {4-7}, ... of that count; a stratum is used
+  when each arm has at least ``min_stratum_samples`` requests in it. The rank test is van Elteren's
+  stratified Wilcoxon (per-stratum U statistics, weighted 1/(n_b + n_c + 1), summed, normal approximation).
+  The ratio compares the candidate's common-strata requests with a baseline subsample drawn (seeded) to
+  the candidate's stratum mix: "the baseline at the candidate's load". Overlap rule: a warning when the
+  common strata hold less than ``min_overlap`` (default 50 %) of either arm's requests; with no common
+  stratum at all the metric is INCONCLUSIVE.
+* ``naive``: pools compared as they come; only when asked for (``matching="naive"``), to show the bias.
+
+Sequential error control (the method a report quotes, ``ERROR_CONTROL``). Each window is one look; the
+rollout plans at most ``max_looks`` of them. The overall false-FAIL probability ``alpha`` is spent over the
+looks by a Lan-DeMets spending function A(t), t = look / max_looks: Pocock-type A(t) = alpha ln(1 + (e-1) t)
+(the default: nearly even spending, so that a regression early in the rollout is caught early) or
+O'Brien-Fleming-type A(t) = 2 (1 - Phi(z_{1-alpha/2} / sqrt(t))) (spends almost nothing on early looks).
+Look k gets alpha_k = A(t_k) - A(t_{k-1}), split evenly (Bonferroni) over the tests of that look (metrics x
+segments). By the union bound, whatever the dependence between looks, the probability that any window of
+the rollout FAILs at all when the pools do not differ is at most sum alpha_k = A(1) = alpha; a rollback
+needs one or more failing windows, so the probability of a false rollback is at most alpha too. Looks past
+``max_looks`` have no alpha left: their tests cannot reject, and such windows can only PASS or be
+INCONCLUSIVE on the latency metrics (critical conditions still roll back; see ``decision``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, model_validator
+from scipy import stats
+
+from specguard.analysis.ab_statistics import RatioResult, compare_percentile
+from specguard.analysis.defaults import MIN_RESAMPLES, MIN_TAIL_SAMPLES
+from specguard.analysis.definitions import METRIC_DEFINITIONS
+from specguard.models_base import FiniteModel, StrictModel
+
+WindowVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+Comparison = Literal["control", "stratified", "naive"]
+Matching = Literal["auto", "naive"]
+Spending = Literal["pocock", "obrien_fleming"]
+
+ERROR_CONTROL = (
+    "False rollbacks are bounded over the whole rollout, not per window: the overall alpha is spent over the "
+    "planned looks (one per window) by a Lan-DeMets {spending}-type spending function; each look's share is "
+    "split evenly over its tests (metrics x segments), so by the union bound P(any false FAIL in the rollout) "
+    "<= alpha = {alpha:g} over {max_looks} looks."
+)
+
+
+class MetricRule(FiniteModel):
+    """One latency metric of the analysis: which percentile, which way is worse, how much worse is allowed."""
+
+    metric: str  # a key of METRIC_DEFINITIONS with per-request samples: itl_ms, ttft_ms, e2e_ms, tpot_ms
+    percentile: float = Field(default=0.99, gt=0, lt=1)
+    direction: Literal["lower_is_better", "higher_is_better"] = "lower_is_better"
+    budget: float = Field(default=0.10, ge=0)  # allowed relative worsening of the percentile: 0.10 = 10 %
+
+    @model_validator(mode="after")
+    def _known(self) -> MetricRule:
+        if self.metric not in METRIC_DEFINITIONS:
+            raise ValueError(f"unknown metric {self.metric!r}; known: {', '.join(sorted(METRIC_DEFINITIONS))}")
+        return self
+
+    @property
+    def name(self) -> str:
+        return f"p{self.percentile * 100:g}_{self.metric}"
+
+
+def _default_metrics() -> list[MetricRule]:
+    return [MetricRule(metric="itl_ms"), MetricRule(metric="e2e_ms"), MetricRule(metric="ttft_ms")]
+
+
+class AnalysisPolicy(FiniteModel):
+    """What the window analysis needs of the rollout file's ``analysis`` section (the lead wires the two)."""
+
+    metrics: list[MetricRule] = Field(default_factory=_default_metrics)
+    max_error_rate_increase: float | None = Field(default=0.005, ge=0)  # absolute points: 0.005 = 0.5 points; None: off
+    min_samples: int = Field(default=50, ge=2)  # requests per arm, per segment and window
+    min_stratum_samples: int = Field(default=5, ge=1)
+    min_overlap: float = Field(default=0.5, ge=0, le=1)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    max_looks: int = Field(default=60, ge=1)
+    spending: Spending = "pocock"
+    resamples: int = Field(default=MIN_RESAMPLES * 5, ge=MIN_RESAMPLES)
+    min_tail: int = Field(default=MIN_TAIL_SAMPLES, ge=1)
+
+
+class RequestSample(StrictModel):
+    """One finished request of one pool: its in-flight count at send time and its metric values.
+
+    ``in_flight`` is the number of requests in flight on the replica it was sent to, not counting itself.
+    ``values`` maps a metric to its values: one for per-request metrics, one per token for ``itl_ms``.
+    """
+
+    in_flight: int = Field(ge=0)
+    ok: bool = True
+    values: dict[str, list[float]] = {}
+
+
+class SegmentSamples(StrictModel):
+    """One segment's requests of one window, per pool; ``control`` only when a control pool exists."""
+
+    baseline: list[RequestSample]
+    candidate: list[RequestSample]
+    control: list[RequestSample] | None = None
+
+
+class MetricResult(BaseModel):
+    segment: str
+    metric: str
+    verdict: WindowVerdict
+    comparison: Comparison
+    ratio: RatioResult | None = None  # None for the error rate and when no ratio could be formed
+    p_value: float | None = None  # one-sided, "the candidate is worse"
+    threshold: float  # the p-value below which this test rejects at this look
+    budget: float
+    n_baseline: int
+    n_candidate: int
+    baseline_value: float | None = None
+    candidate_value: float | None = None
+    text: str
+
+
+class WindowAnalysis(BaseModel):
+    look: int
+    verdict: WindowVerdict
+    comparison: Comparison
+    alpha_look: float
+    results: list[MetricResult]
+    warnings: list[str]
+    error_control: str
+
+
+# ---- sequential error control -------------------------------------------------------------------------------
+
+
+def spent_alpha(t: float, alpha: float, spending: Spending) -> float:
+    """A(t): the share of alpha spent by information fraction t in [0, 1] (Lan-DeMets spending functions)."""
+    t = min(max(t, 0.0), 1.0)
+    if t == 0:
+        return 0.0
+    if spending == "pocock":
+        return alpha * math.log(1 + (math.e - 1) * t)
+    # sf, not 1 - cdf: early looks spend ~1e-19, which 1 - cdf rounds to 0.
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(t)))
+
+
+def look_alpha(look: int, alpha: float, max_looks: int, spending: Spending) -> float:
+    """alpha_k = A(k/K) - A((k-1)/K) for look k (1-based); 0 past the planned K looks."""
+    if look < 1:
+        raise ValueError(f"looks count from 1, not {look}")
+    if look > max_looks:
+        return 0.0
+    return spent_alpha(look / max_looks, alpha, spending) - spent_alpha((look - 1) / max_looks, alpha, spending)
+
+
+def error_control_text(policy: AnalysisPolicy) -> str:
+    name = "Pocock" if policy.spending == "pocock" else "O'Brien-Fleming"
+    return ERROR_CONTROL.format(spending=name, alpha=policy.alpha, max_looks=policy.max_looks)
+
+
+# ---- strata -----------------------------------------------------------------------------------------------
+
+
+def stratum(in_flight: int) -> int:
+    """The power-of-two bin of an in-flight count: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..."""
+    return in_flight.bit_length()
+
+
+def _by_stratum(samples: Sequence[RequestSample]) -> dict[int, list[RequestSample]]:
+    out: dict[int, list[RequestSample]] = {}
+    for s in samples:
+        out.setdefault(stratum(s.in_flight), []).append(s)
+    return out
+
+
+def common_strata(base: Sequence[RequestSample], cand: Sequence[RequestSample], min_each: int) -> list[int]:
+    """Strata where both arms have at least ``min_each`` requests, in order."""
+    b, c = _by_stratum(base), _by_stratum(cand)
+    return sorted(k for k in b.keys() & c.keys() if len(b[k]) >= min_each and len(c[k]) >= min_each)
+
+
+def overlap_shares(base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int]) -> tuple[float, float]:
+    """The share of each arm's requests that fall in the given strata."""
+    keep = set(strata)
+
+    def share(xs: Sequence[RequestSample]) -> float:
+        return sum(stratum(s.in_flight) in keep for s in xs) / len(xs) if xs else 0.0
+
+    return share(base), share(cand)
+
+
+def matched_baseline(
+    base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int], rng: np.random.Generator
+) -> tuple[list[RequestSample], list[RequestSample]]:
+    """A baseline subsample with the candidate's stratum mix, and the candidate's requests in those strata.
+
+    The subsample is as large as the scarcest stratum allows: m_s = floor(N p_s) for the candidate's shares
+    p_s, with the largest N such that no stratum needs more baseline requests than it has.
+    """
+    b, c = _by_stratum(base), _by_stratum(cand)
+    n_cand = sum(len(c[k]) for k in strata)
+    shares = {k: len(c[k]) / n_cand for k in strata}
+    total = min(len(b[k]) / shares[k] for k in strata)
+    chosen: list[RequestSample] = []
+    for k in strata:
+        m = max(1, math.floor(total * shares[k] + 1e-9))
+        idx = rng.choice(len(b[k]), size=min(m, len(b[k])), replace=False)
+        chosen.extend(b[k][i] for i in sorted(idx))
+    return chosen, [s for k in strata for s in c[k]]
+
+
+# ---- tests ------------------------------------------------------------------------------------------------
+
+
+def _request_values(samples: Sequence[RequestSample], metric: str) -> list[list[float]]:
+    """One list of values per successful request that has the metric (a Repetition of ab_statistics)."""
+    return [list(s.values[metric]) for s in samples if s.ok and s.values.get(metric)]
+
+
+def _worse_sign(rule: MetricRule) -> float:
+    return 1.0 if rule.direction == "lower_is_better" else -1.0
+
+
+def rank_test_worse(base: Sequence[float], cand: Sequence[float], sign: float) -> float | None:
+    """One-sided Mann-Whitney p-value for "the candidate is worse" (larger when sign > 0, smaller when < 0)."""
+    if len(base) < 2 or len(cand) < 2:
+        return None
+    alternative = "greater" if sign > 0 else "less"
+    return float(stats.mannwhitneyu(np.asarray(cand), np.asarray(base), alternative=alternative).pvalue)
+
+
+def van_elteren_worse(strata_pairs: Sequence[tuple[Sequence[float], Sequence[float]]], sign: float) -> float | None:
+    """One-sided stratified Wilcoxon (van Elteren) p-value for "the candidate is worse", over (base, cand) strata.
+
+    Per stratum U counts the (candidate, baseline) pairs where the candidate is larger (ties half), with
+    mean n_b n_c / 2 and variance n_b n_c (n_b + n_c + 1) / 12 (no tie correction: latencies are continuous);
+    strata are weighted 1 / (n_b + n_c + 1), van Elteren's locally most powerful weights.
+    """
+    num = 0.0
+    var = 0.0
+    for base, cand in strata_pairs:
+        nb, nc = len(base), len(cand)
+        if nb == 0 or nc == 0:
+            continue
+        ranks = stats.rankdata(np.concatenate([np.asarray(cand, dtype=float), np.asarray(base, dtype=float)]))
+        u = float(np.sum(ranks[:nc])) - nc * (nc + 1) / 2
+        w = 1.0 / (nb + nc + 1)
+        num += w * (u - nb * nc / 2)
+        var += w * w * nb * nc * (nb + nc + 1) / 12
+    if var <= 0:
+        return None
+    z = sign * num / math.sqrt(var)
+    return float(stats.norm.sf(z))
+
+
+def _means(reqs: Sequence[Sequence[float]]) -> list[float]:
+    # sum / len, not np.mean: thousands of short lists per window, where numpy's call overhead dominates
+    return [sum(r) / len(r) for r in reqs]
+
+
+def _beyond_budget(rule: MetricRule, ratio: float) -> bool:
+    if not math.isfinite(ratio):
+        return False
+    return ratio > 1 + rule.budget if rule.direction == "lower_is_better" else ratio < 1 - rule.budget
+
+
+def _latency_result(
+    segment: str,
+    rule: MetricRule,
+    arms: SegmentSamples,
+    comparison: Comparison,
+    threshold: float,
+    policy: AnalysisPolicy,
+    rng: np.random.Generator,
+    seed: int,
+) -> MetricResult:
+    base_all = arms.control if comparison == "control" and arms.control is not None else arms.baseline
+    base_reqs, cand_reqs = _request_values(base_all, rule.metric), _request_values(arms.candidate, rule.metric)
+    common: dict[str, object] = {"segment": segment, "metric": rule.name, "comparison": comparison}
+    common |= {"threshold": threshold, "budget": rule.budget, "n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
+    if min(len(base_reqs), len(cand_reqs)) < policy.min_samples:
+        counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests"
+        text = f"{segment} {rule.name}: {counts}, fewer than {policy.min_samples}"
+        return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
+    sign = _worse_sign(rule)
+    if comparison == "stratified":
+        base_ok = [s for s in base_all if s.ok and s.values.get(rule.metric)]
+        cand_ok = [s for s in arms.candidate if s.ok and s.values.get(rule.metric)]
+        strata = common_strata(base_ok, cand_ok, policy.min_stratum_samples)
+        if not strata:
+            text = f"{segment} {rule.name}: no in-flight stratum holds {policy.min_stratum_samples} requests of each pool"
+            return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
+        b_by, c_by = _by_stratum(base_ok), _by_stratum(cand_ok)
+        pairs = [(_means(_request_values(b_by[k], rule.metric)), _means(_request_values(c_by[k], rule.metric))) for k in strata]
+        p = van_elteren_worse(pairs, sign)
+        b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng)
+        base_reqs, cand_reqs = _request_values(b_match, rule.metric), _request_values(c_match, rule.metric)
+    else:
+        p = rank_test_worse(_means(base_reqs), _means(cand_reqs), sign)
+    # One repetition per arm: the interval is the plain request-level bootstrap (no repetition pairing).
+    ratio = compare_percentile(
+        [base_reqs], [cand_reqs], rule.percentile, resamples=policy.resamples, seed=seed, min_tail=policy.min_tail
+    )
+    significant = p is not None and p < threshold
+    beyond = _beyond_budget(rule, ratio.ratio)
+    verdict: WindowVerdict = "FAIL" if significant and beyond else "PASS"
+    p_text = "n/a" if p is None else f"{p:.3g}"
+    text = (
+        f"{segment} {rule.name} ({comparison}): ratio {ratio.ratio:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}], "
+        f"budget {rule.budget:.0%}, one-sided p {p_text} vs {threshold:.3g}: {verdict}"
+    )
+    return MetricResult.model_validate(
+        common
+        | {
+            "verdict": verdict,
+            "ratio": ratio,
+            "p_value": p,
+            "n_baseline": len(base_reqs),
+            "n_candidate": len(cand_reqs),
+            "baseline_value": ratio.baseline,
+            "candidate_value": ratio.candidate,
+            "text": text,
+        }
+    )
+
+
+def _error_result(
+    segment: str, arms: SegmentSamples, comparison: Comparison, threshold: float, policy: AnalysisPolicy, budget: float
+) -> MetricResult:
+    """Error rate: one-sided Fisher exact test for a higher candidate rate, gated by the budget in points.
+
+    Errors are not stratified: whether a request fails depends far less on load than its latency does.
+    """
+    base = arms.control if comparison == "control" and arms.control is not None else arms.baseline
+    nb, nc = len(base), len(arms.candidate)
+    eb, ec = sum(not s.ok for s in base), sum(not s.ok for s in arms.candidate)
+    common: dict[str, object] = {"segment": segment, "metric": "error_rate", "comparison": comparison}
+    common |= {"threshold": threshold, "budget": budget, "n_baseline": nb, "n_candidate": nc}
+    if min(nb, nc) < policy.min_samples:
+        text = f"{segment} error_rate: {nb} baseline / {nc} candidate requests, fewer than {policy.min_samples}"
+        return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
+    rb, rc = eb / nb, ec / nc
+    p = float(stats.fisher_exact([[ec, nc - ec], [eb, nb - eb]], alternative="greater")[1])
+    verdict: WindowVerdict = "FAIL" if p < threshold and rc - rb > budget else "PASS"
+    text = (
+        f"{segment} error_rate ({comparison}): {rc:.2%} vs {rb:.2%}, budget +{budget * 100:g} points, "
+        f"p {p:.3g} vs {threshold:.3g}: {verdict}"
+    )
+    return MetricResult.model_validate(
+        common | {"verdict": verdict, "p_value": p, "baseline_value": rb, "candidate_value": rc, "text": text}
+    )
+
+
+def analyse_window(
+    policy: AnalysisPolicy,
+    segments: Mapping[str, SegmentSamples],
+    look: int,
+    *,
+    matching: Matching = "auto",
+    seed: int = 0,
+) -> WindowAnalysis:
+    """One window's verdict: FAIL when any test of any segment fails, else INCONCLUSIVE when any lacks samples, else PASS.
+
+    ``look`` is the window's number in the rollout (1-based), which fixes its share of alpha. A segment too
+    small to judge keeps the window INCONCLUSIVE (it holds): the controller merges rare segments before
+    calling this if they should not hold the rollout.
+    """
+    has_control = bool(segments) and all(s.control is not None for s in segments.values())
+    comparison: Comparison = "naive" if matching == "naive" else ("control" if has_control else "stratified")
+    n_tests = len(segments) * (len(policy.metrics) + (policy.max_error_rate_increase is not None))
+    alpha_k = look_alpha(look, policy.alpha, policy.max_looks, policy.spending)
+    threshold = alpha_k / max(n_tests, 1)
+    rng = np.random.default_rng(seed)
+    results: list[MetricResult] = []
+    warnings: list[str] = []
+    for segment, arms in segments.items():
+        if comparison == "stratified":
+            warnings.extend(_overlap_warnings(segment, arms, policy))
+        for i, rule in enumerate(policy.metrics):
+            results.append(_latency_result(segment, rule, arms, comparison, threshold, policy, rng, seed + i))
+        if policy.max_error_rate_increase is not None:
+            results.append(_error_result(segment, arms, comparison, threshold, policy, policy.max_error_rate_increase))
+    verdicts = {r.verdict for r in results}
+    verdict: WindowVerdict = (
+        "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts or not results else "PASS"
+    )
+    if comparison == "naive":
+        warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
+    return WindowAnalysis(
+        look=look,
+        verdict=verdict,
+        comparison=comparison,
+        alpha_look=alpha_k,
+        results=results,
+        warnings=warnings,
+        error_control=error_control_text(policy),
+    )
+
+
+def _overlap_warnings(segment: str, arms: SegmentSamples, policy: AnalysisPolicy) -> list[str]:
+    base = [s for s in arms.baseline if s.ok]
+    cand = [s for s in arms.candidate if s.ok]
+    strata = common_strata(base, cand, policy.min_stratum_samples)
+    sb, sc = overlap_shares(base, cand, strata)
+    if base and cand and min(sb, sc) < policy.min_overlap:
+        return [
+            f"{segment}: the in-flight strata barely overlap: the common strata hold {sb:.0%} of the baseline's "
+            f"and {sc:.0%} of the candidate's requests (warning below {policy.min_overlap:.0%}); the matched "
+            "comparison rests on that share"
+        ]
+    return []
