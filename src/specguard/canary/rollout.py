@@ -2,7 +2,7 @@
 
 It names the pools (baseline, candidate, an optional control), how traffic is split between them, the steps of
 the weight, the analysis that judges each window, the hooks run on rollback and on promotion, the admin API and
-the state file. Errors name the file, the line and the key path, as a check plan's do (the same ``yaml_line``).
+the state file. Errors name the file, the line and the key path, as a check plan's do (the same ``yaml_files.load_yaml_model``).
 
 Latency metrics mean exactly what ``bench``'s do (``analysis/definitions.py``); the pool gauges use the
 canonical names of ``server_metrics/names.py``. Hooks are argument lists, never shell strings: a rollback hook
@@ -16,14 +16,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
-from specguard.check.plan import LaunchSpec, yaml_line
+from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
-from specguard.validation import HttpUrl, describe, read_input_text
+from specguard.validation import HttpUrl
+from specguard.yaml_files import load_yaml_model
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -433,23 +433,7 @@ class RolloutError(InputFileError):
 
 def load_rollout(path: Path) -> Rollout:
     """The rollout file at ``path``, validated; a relative token file made relative to it."""
-    try:
-        text = read_input_text(path, "rollout file")
-    except InputFileError as exc:
-        raise RolloutError(str(exc)) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise RolloutError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RolloutError(f"{path}: expected a mapping at the top level")
-    try:
-        rollout = Rollout.model_validate(data)
-    except ValidationError as exc:
-        root = yaml.compose(text)
-        lines = describe(exc, show_input=False)
-        wheres = [f"{path}:{yaml_line(root, err['loc'])}" for err in exc.errors()]
-        raise RolloutError("\n".join(f"{where}: {line}" for where, line in zip(wheres, lines, strict=True))) from exc
+    rollout = load_yaml_model(path, Rollout, RolloutError, "rollout file")
     if rollout.admin.token_file is not None and not Path(rollout.admin.token_file).is_absolute():
         rollout.admin.token_file = str((path.parent / rollout.admin.token_file).resolve())
     return rollout

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape
-from specguard.validation import HttpUrl, describe, read_input_text
+from specguard.validation import HttpUrl
 from specguard.vllm.server_spec import ServerSpec
+from specguard.yaml_files import load_yaml_model
 
 
 class LaunchSpec(ServerSpec):
@@ -150,43 +150,8 @@ class CheckPlanError(InputFileError):
     """A plan that cannot be used; the message names the file, the key and what was expected."""
 
 
-def yaml_line(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int:
-    """The 1-based line of the deepest node of ``loc`` that the YAML has (the key's line for a mapping entry)."""
-    if node is None:
-        return 1
-    line = node.start_mark.line + 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if str(k.value) == str(part)), None)
-            if match is None:
-                return line
-            line, node = match[0].start_mark.line + 1, match[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
 def load_plan(path: Path) -> CheckPlan:
-    try:
-        text = read_input_text(path, "check plan")
-    except InputFileError as exc:
-        raise CheckPlanError(str(exc)) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CheckPlanError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CheckPlanError(f"{path}: expected a mapping at the top level")
-    try:
-        plan = CheckPlan.model_validate(data)
-    except ValidationError as exc:
-        root = yaml.compose(text)
-        lines = describe(exc, show_input=False)
-        wheres = [f"{path}:{yaml_line(root, err['loc'])}" for err in exc.errors()]
-        raise CheckPlanError("\n".join(f"{where}: {line}" for where, line in zip(wheres, lines, strict=True))) from exc
+    plan = load_yaml_model(path, CheckPlan, CheckPlanError, "check plan")
     # Prompt files are relative to the plan.
     for p in plan.prompts:
         if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():
