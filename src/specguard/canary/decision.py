@@ -43,6 +43,9 @@ CanaryReasonCode = Literal[
     "window_inconclusive",
     "window_failed_once",
     "promoted",
+    "paused",
+    "manual_promote",
+    "manual_rollback",
 ]
 
 _CRITICAL_CODE: dict[CriticalKind, CanaryReasonCode] = {

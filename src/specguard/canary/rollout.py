@@ -293,6 +293,15 @@ class Analysis(FiniteModel):
     false_rollback_rate: float = Field(default=0.05, gt=0, lt=1, description="over the whole rollout, not per window")
     min_tail_samples: int = Field(default=MIN_TAIL_SAMPLES, ge=1, description="observations beyond a percentile before it counts")
     resamples: int = Field(default=DEFAULT_RESAMPLES, ge=MIN_RESAMPLES)
+    min_samples: int = Field(default=50, ge=2, description="requests per pool, segment and window before a metric is judged")
+    spending: Literal["pocock", "obrien_fleming"] = Field(
+        default="pocock", description="how the false-rollback rate is spent over the looks"
+    )
+    max_looks: int | None = Field(
+        default=None,
+        ge=1,
+        description="the looks (windows) the error rate is spread over; default: twice the windows the steps need",
+    )
 
     @model_validator(mode="after")
     def _metrics_unique(self) -> Analysis:

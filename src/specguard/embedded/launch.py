@@ -7,10 +7,10 @@ depend on where the models are stored).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from specguard.check.launch import Launcher
-from specguard.check.plan import Arm, CheckPlan
+from specguard.check.plan import CheckPlan, LaunchSpec
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import ensure_runtime
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
@@ -19,10 +19,9 @@ from specguard.vllm.server_spec import ServerSpec
 EMBEDDED_PREFIX = "embedded:"
 
 
-def server_spec_for(arm: Arm, models: ModelSet | None, port: int | None) -> ServerSpec:
-    """A launched arm's spec, its ``embedded:`` target and draft names made paths into ``models``."""
-    assert arm.launch is not None
-    spec = arm.launch.model_dump(exclude={"startup_timeout_s"})
+def server_spec_for(launch: LaunchSpec, models: ModelSet | None, port: int | None) -> ServerSpec:
+    """A launch spec (a check plan's arm, a canary's pool) as a server spec, ``embedded:`` names made paths into ``models``."""
+    spec = launch.model_dump(exclude={"startup_timeout_s"})
     spec["port"] = port
     if spec["model"].startswith(EMBEDDED_PREFIX):
         assert models is not None
@@ -37,8 +36,12 @@ def server_spec_for(arm: Arm, models: ModelSet | None, port: int | None) -> Serv
 
 
 def uses_embedded(plan: CheckPlan) -> bool:
-    launches = [a.launch for a in (plan.arms.baseline, plan.arms.candidate) if a.launch is not None]
-    return any(EMBEDDED_PREFIX in launch.model_dump_json() for launch in launches)
+    return launches_embedded([a.launch for a in (plan.arms.baseline, plan.arms.candidate)])
+
+
+def launches_embedded(launches: Iterable[LaunchSpec | None]) -> bool:
+    """Whether any of these launch specs names an ``embedded:`` model (then the model set must be installed)."""
+    return any(EMBEDDED_PREFIX in launch.model_dump_json() for launch in launches if launch is not None)
 
 
 def embedded_launcher(plan: CheckPlan, log: Callable[[str], None]) -> Launcher:
@@ -46,5 +49,5 @@ def embedded_launcher(plan: CheckPlan, log: Callable[[str], None]) -> Launcher:
     runtime = ensure_runtime(log=log)
     models = ensure_models(runtime) if uses_embedded(plan) else None
     arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
-    specs = {name: server_spec_for(arm, models, None) for name, arm in arms.items() if arm.launch is not None}
+    specs = {name: server_spec_for(arm.launch, models, None) for name, arm in arms.items() if arm.launch is not None}
     return Launcher(serve_argv=runtime.serve_argv, env=runtime.env, specs=specs)

@@ -88,5 +88,6 @@ def plan_arm(plan_path: Path, arm: ArmName | None) -> tuple[list[str] | None, st
     chosen = getattr(plan.arms, arm)
     if chosen.endpoint is not None:
         return None, chosen.endpoint.base_url
+    assert chosen.launch is not None  # an arm is an endpoint or a launch (the plan model says so)
     models = ensure_models(ensure_runtime()) if uses_embedded(plan) else None
-    return spec_args(server_spec_for(chosen, models, 0)), None
+    return spec_args(server_spec_for(chosen.launch, models, 0)), None

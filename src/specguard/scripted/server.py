@@ -35,6 +35,8 @@ import argparse
 import asyncio
 import gc
 import json
+import math
+import random
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +63,12 @@ class Script(BaseModel):
     fault: Fault | None = None
     fault_after_chunks: int = Field(default=2, ge=0)
     fault_every: int = Field(default=1, ge=1)
+    # Noise and load, for the canary's statistics tests: each gap (TTFT and every chunk interval) is scaled
+    # by a log-normal factor exp(N(0, jitter)) and grows by load_ms_per_stream for every other stream in
+    # flight on this server, as a GPU's step time grows with its batch. Both 0: the exact schedule above.
+    jitter: float = Field(default=0.0, ge=0)
+    load_ms_per_stream: float = Field(default=0.0, ge=0)
+    seed: int = 0
 
     @model_validator(mode="after")
     def _flood_has_no_faults(self) -> Script:
@@ -86,6 +94,8 @@ class ScriptedServer:
         self.generated = 0
         self.received = 0
         self.closing = False  # set at shutdown, so that a hung request lets the server stop at once
+        self.in_flight = 0
+        self.rng = random.Random(script.seed)
 
     def metrics_text(self) -> str:
         if self.script.metrics == "garbage":
@@ -96,7 +106,7 @@ class ScriptedServer:
         return (
             f'# TYPE {kv} gauge\n{kv}{{engine="0",model_name="scripted"}} 0.25\n'
             "# TYPE vllm:num_requests_running gauge\n"
-            'vllm:num_requests_running{engine="0",model_name="scripted"} 0.0\n'
+            f'vllm:num_requests_running{{engine="0",model_name="scripted"}} {self.in_flight}.0\n'
             "# TYPE vllm:num_requests_waiting gauge\n"
             'vllm:num_requests_waiting{engine="0",model_name="scripted"} 0.0\n'
             "# TYPE vllm:request_success counter\n"
@@ -106,6 +116,19 @@ class ScriptedServer:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._handle(request)
+        finally:
+            self.in_flight -= 1
+
+    def _gap_ms(self, base_ms: float) -> float:
+        """One gap of the schedule with the script's noise and load (see ``Script``)."""
+        s = self.script
+        gap = base_ms + s.load_ms_per_stream * max(0, self.in_flight - 1)
+        return gap * math.exp(self.rng.gauss(0.0, s.jitter)) if s.jitter > 0 else gap
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = await request.json()
         chat = request.path.endswith("/chat/completions")
         rid = request.headers.get("X-Request-Id", "")
@@ -137,11 +160,16 @@ class ScriptedServer:
         tokens: list[int] = []
         total = 0
         rid_json = json.dumps(rid)
+        noisy = s.jitter > 0 or s.load_ms_per_stream > 0
+        target = start + self._gap_ms(s.ttft_ms) / 1000.0
         for i in range(n):
             if i == strike and await self._strike(fault, request, resp, i):
                 self._log(request, rid, start, sent, tokens, fault)
                 return resp
-            target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
+            if not noisy:
+                target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
+            elif i > 0:
+                target += self._gap_ms(s.interval_ms) / 1000.0
             delay = target - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)

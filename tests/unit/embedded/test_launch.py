@@ -21,7 +21,7 @@ def test_embedded_target_and_draft_become_paths_into_the_model_set(tmp_path: Pat
         env={"KMP_BLOCKTIME": "5"},
         speculative_config={"method": "draft_model", "model": "embedded:draft", "num_speculative_tokens": 3},
     )
-    spec = server_spec_for(arm, models, 8123)
+    spec = server_spec_for(arm.launch, models, 8123)
     assert spec.model == str(tmp_path / "target") and spec.port == 8123
     assert spec.served_model_name == SERVED_NAME
     assert spec.env == {**EMBEDDED_SERVER_ENV, "KMP_BLOCKTIME": "5"}  # the plan's own env wins
@@ -31,7 +31,7 @@ def test_embedded_target_and_draft_become_paths_into_the_model_set(tmp_path: Pat
 
 def test_other_models_pass_through_unchanged() -> None:
     arm = launched(model="/srv/models/llama", served_model_name="llama", speculative_config={"method": "ngram"})
-    spec = server_spec_for(arm, None, None)
+    spec = server_spec_for(arm.launch, None, None)
     assert (spec.model, spec.served_model_name, spec.env, spec.port) == ("/srv/models/llama", "llama", {}, None)
     assert spec.speculative_config == {"method": "ngram"}
 

@@ -1,0 +1,116 @@
+"""``specguard canary run``: the pools, the proxy, the admin API and the controller, started and stopped in order.
+
+Everything that can be refused is refused before anything listens or any server starts: the rollout
+file (``load_rollout``), the admin token, a state file that belongs to another rollout. Then the launched
+pools start, the proxy and the admin API bind their addresses, and the controller runs until SIGTERM or
+SIGINT (or, with ``exit_when_finished``, until the rollout is promoted or rolled back).
+
+A graceful stop (SIGTERM, as ``systemctl stop`` sends): the listeners close, streams in flight get
+``drain_s`` to finish, every finished request is written, the state is saved, and the event log says so.
+A restarted controller resumes at the same weight and step: sticky keys hash to the same pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from specguard.canary.admin import admin_app, read_token
+from specguard.canary.controller import CanaryController
+from specguard.canary.pool_watch import PoolWatcher
+from specguard.canary.pools import start_pools
+from specguard.canary.proxy import CanaryProxy
+from specguard.canary.records import CanaryStatus, ProxiedRequest
+from specguard.canary.rollout import Rollout, split_listen
+from specguard.canary.store import CanaryStore, StoreMeta
+from specguard.errors import ServerError
+
+__all__ = ["CanaryOutcome", "run_canary"]
+
+
+@dataclass(frozen=True)
+class CanaryOutcome:
+    status: CanaryStatus
+    interrupted: bool  # stopped by a signal (or the caller's stop event) rather than by finishing
+
+
+async def _site(app: web.Application, listen: str, what: str, shutdown_s: float) -> web.AppRunner:
+    host, port = split_listen(listen)
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ServerError(f"the {what} cannot listen on {listen}: {exc.strerror or exc}") from exc
+    return runner
+
+
+async def run_canary(
+    rollout: Rollout,
+    *,
+    log: Callable[[str], None],
+    log_dir: Path,
+    exit_when_finished: bool = False,
+    drain_s: float = 30.0,
+    stop: asyncio.Event | None = None,
+) -> CanaryOutcome:
+    token = read_token(rollout.admin)  # refused before anything starts
+    state_path = Path(rollout.state.path)
+    meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.model_dump(mode="json"), created_unix=time.time())
+    store = CanaryStore.create_or_open(state_path, meta)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (RuntimeError, ValueError):  # not the main thread (tests run the canary in one)
+            pass
+    pools = None
+    try:
+        pools = await asyncio.to_thread(start_pools, rollout, log_dir, log)
+        for name, inventory in pools.inventories.items():
+            store.save_inventory(name, inventory)
+        registry = CollectorRegistry()
+        holder: list[CanaryController] = []
+
+        def on_record(record: ProxiedRequest) -> None:
+            holder[0].on_record(record)
+
+        proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
+        watcher = PoolWatcher(pools.upstreams)
+        controller = CanaryController(rollout, store, proxy, watcher, log=log, drain_s=drain_s)
+        holder.append(controller)
+        proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
+        try:
+            admin_runner = await _site(admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0)
+        except ServerError:
+            await proxy_runner.cleanup()
+            raise
+        log(f"canary {rollout.name}: proxy on {rollout.listen}, admin API on {rollout.admin.listen}, state {state_path}")
+        try:
+            status = await controller.run(stop, exit_when_finished=exit_when_finished)
+        finally:
+            # Stop taking requests, let those in flight finish (the runner's shutdown timeout), then write.
+            await proxy_runner.cleanup()
+            still = await proxy.drain(drain_s)
+            await admin_runner.cleanup()
+            await proxy.close()
+            await watcher.close()
+            controller.on_stopped(still)
+        return CanaryOutcome(status=status, interrupted=stop.is_set())
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if pools is not None:
+            await asyncio.to_thread(pools.stop)
+        store.close()

@@ -1,0 +1,162 @@
+"""``specguard canary``: Gate 5, the canary with automatic analysis, promotion and rollback. It parses and delegates.
+
+Exit codes (the shared table): ``run`` exits 0 once promoted, 1 once rolled back (with
+``--exit-when-finished``; otherwise it serves until stopped), 130 when stopped by SIGTERM or SIGINT (the
+state is saved and a restart resumes). ``pause|resume|promote|rollback`` exit 0 when done, 1 when refused
+(the rollout is already finished, or already paused), 2 for a wrong token, 4 when the controller cannot be
+reached. ``status`` and ``events`` read the state file and need no running controller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specguard.cli_exit import EXIT_CODES_EPILOG
+from specguard.cli_output import err
+from specguard.errors import ExitCode, Interrupted, OptionError, ServerError
+from specguard.validation import input_path
+
+canary_app = typer.Typer(
+    help="Gate 5: ship speculation to a share of traffic, analyse it, promote or roll back by itself.",
+    epilog=EXIT_CODES_EPILOG,
+    no_args_is_help=True,
+)
+
+RolloutArg = Annotated[Path, typer.Argument(help="The rollout file (YAML); see examples/rollout-*.yaml.")]
+StateOpt = Annotated[Path, typer.Option("--state", help="The canary's SQLite state file (the rollout's state.path).")]
+
+
+def _log(message: str) -> None:
+    err.print(f"{time.strftime('%H:%M:%S')} {message}", highlight=False, markup=False)
+
+
+@canary_app.command("run", epilog=EXIT_CODES_EPILOG)
+def run(
+    rollout_file: RolloutArg,
+    exit_when_finished: Annotated[
+        bool, typer.Option(help="Exit once promoted (0) or rolled back (1) instead of serving on.")
+    ] = False,
+    drain_s: Annotated[float, typer.Option(min=0, help="On stop or rollback: seconds streams in flight get to finish.")] = 30.0,
+    log_dir: Annotated[Path | None, typer.Option(help="Launched pools' server logs (default: beside the state file).")] = None,
+) -> None:
+    """Serve the proxy and the admin API, and run the rollout: windows, analysis, steps, rollback, promotion."""
+    from specguard.canary.rollout import load_rollout
+    from specguard.canary.run import run_canary
+    from specguard.loadgen.runner import run_async
+
+    input_path(rollout_file, "ROLLOUT")
+    rollout = load_rollout(rollout_file)
+    logs = log_dir or Path(rollout.state.path).resolve().parent / "logs"
+
+    async def main() -> Any:
+        return await run_canary(rollout, log=_log, log_dir=logs, exit_when_finished=exit_when_finished, drain_s=drain_s)
+
+    outcome = run_async(main())
+    if outcome.interrupted:
+        raise Interrupted(f"stopped at {outcome.status}; the state is saved in {rollout.state.path}: run again to resume")
+    raise typer.Exit(ExitCode.OK if outcome.status == "promoted" else ExitCode.NO_GO)
+
+
+@canary_app.command("status", epilog=EXIT_CODES_EPILOG)
+def status(
+    state: StateOpt,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
+) -> None:
+    """The rollout's weight, step, state and decisions, from the state file (no running controller needed)."""
+    from specguard.canary.status import status_document
+    from specguard.canary.store import CanaryStore
+
+    with CanaryStore.open_existing(state) as store:
+        current = store.load_state()
+        if current is None:
+            raise OptionError(f"--state {state}: the canary has not started yet (no state saved)")
+        doc = status_document(current, store.events(kinds=("decision",)), store.request_counts())
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"{doc['state']}: candidate at {doc['weight']:g} %, step {doc['step'] + 1}, {doc['windows']} windows analysed")
+    for d in doc["decisions"][-10:]:
+        print(f"  {time.strftime('%H:%M:%S', time.localtime(d['time']))} {d['kind']}: {'; '.join(d['reasons'][:2])}")
+
+
+@canary_app.command("events", epilog=EXIT_CODES_EPILOG)
+def events(
+    state: StateOpt,
+    since: Annotated[int, typer.Option(min=0, help="From this event seq on.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line (the JSONL log's lines).")] = False,
+) -> None:
+    """The append-only event log: windows, decisions, critical conditions, manual actions, hooks."""
+    from specguard.canary.store import CanaryStore
+
+    with CanaryStore.open_existing(state) as store:
+        log = store.events(since_seq=since)
+    for e in log:
+        if as_json:
+            print(e.model_dump_json())
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            what = e.decision or e.kind
+            print(f"{e.seq:>5} {when} {what:<9} {e.percent:>5g} %  {'; '.join(e.reasons[:2])}")
+
+
+def _admin_call(rollout_file: Path, action: str) -> None:
+    from specguard.canary.admin import read_token
+    from specguard.canary.rollout import load_rollout, split_listen
+
+    input_path(rollout_file, "ROLLOUT")
+    rollout = load_rollout(rollout_file)
+    token = read_token(rollout.admin)
+    host, port = split_listen(rollout.admin.listen)
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    req = urllib.request.Request(f"http://{netloc}/{action}", method="POST", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", errors="replace")
+        message = json.loads(body).get("error", body) if body.startswith("{") else body
+        if exc.code == 401:
+            raise OptionError(f"the admin API refused the token from the rollout's admin settings: {message}") from exc
+        if exc.code == 409:
+            err.print(f"{action} refused: {message}")
+            raise typer.Exit(ExitCode.NO_GO) from exc
+        raise ServerError(f"the admin API answered {exc.code}: {message}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ServerError(f"no canary controller answers on {rollout.admin.listen}: {reason}") from exc
+    print(f"{action}: {doc['state']} at {doc['weight']:g} % (step {doc['step'] + 1})")
+
+
+@canary_app.command("pause", epilog=EXIT_CODES_EPILOG)
+def pause(rollout_file: RolloutArg) -> None:
+    """Hold the weight: no automatic advance or promotion (failing windows and critical conditions still roll back)."""
+    _admin_call(rollout_file, "pause")
+
+
+@canary_app.command("resume", epilog=EXIT_CODES_EPILOG)
+def resume(rollout_file: RolloutArg) -> None:
+    """Resume automatic analysis and steps after a pause."""
+    _admin_call(rollout_file, "resume")
+
+
+@canary_app.command("promote", epilog=EXIT_CODES_EPILOG)
+def promote(rollout_file: RolloutArg) -> None:
+    """Send all traffic to the candidate now and run the promotion hooks."""
+    _admin_call(rollout_file, "promote")
+
+
+@canary_app.command("rollback", epilog=EXIT_CODES_EPILOG)
+def rollback(rollout_file: RolloutArg) -> None:
+    """Roll back now: the weight drops to 0, streams in flight finish, the rollback hooks run."""
+    _admin_call(rollout_file, "rollback")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(canary_app, name="canary")
