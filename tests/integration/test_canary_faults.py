@@ -1,0 +1,300 @@
+"""The canary under injected faults, with the scripted servers where timing must be controlled.
+
+Each test runs the real controller, proxy, admin API and SQLite state on the test's loop, in front of
+scripted servers in their own processes, and counts requests at both ends. Windows are 1-2 s so that a
+rollout of several windows takes seconds; the budgets are the defaults' (10 % on P99 latencies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from specguard.canary.analysis import analyse_window
+from specguard.canary.policy import analysis_policy, samples_by_segment
+from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, write_rollout
+
+# 8 chunks of 20 ms after a 40 ms TTFT: a request takes ~0.2 s; with 12% log-normal noise on every gap
+NOISY = {"ttft_ms": 40.0, "interval_ms": 20.0, "chunks": 8, "jitter": 0.12}
+LATENCY_ONLY = [
+    {"metric": "itl_ms", "percentile": "p99", "budget": 0.10},
+    {"metric": "e2e_ms", "percentile": "p99", "budget": 0.10},
+    {"metric": "error_rate", "budget": 0.005},
+]
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+
+
+def analysis(window_s: float, **kw: object) -> dict[str, object]:
+    return {"window_s": window_s, "metrics": LATENCY_ONLY, "min_samples": 20} | kw
+
+
+def decisions(run: CanaryRun, kind: str) -> list[object]:
+    return [e for e in run.events("decision") if e.decision == kind]
+
+
+async def test_a_20_percent_itl_regression_is_rolled_back_within_n_plus_1_windows(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY, seed=1)
+    cand = scripted(**(NOISY | {"interval_ms": 24.0}), seed=2)
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": 50, "min_time_s": 60, "min_requests": 10}, {"percent": 100}],
+        analysis=analysis(2.0, rollback_windows=2),
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(drive(run.url, requests=3000, concurrency=12, keys=user_keys(500), stop=stop))
+        outcome = await run.finish(timeout_s=40)
+        stop.set()
+        tally = await load
+    assert outcome.status == "rolled_back"
+    windows = run.events("window")
+    [rollback] = decisions(run, "rollback")
+    judged = [w for w in windows if w.time <= rollback.time]
+    assert len(judged) <= 2 + 1, f"rolled back after {len(judged)} windows; N = 2"
+    assert any("itl" in r for r in rollback.reasons), rollback.reasons
+    assert tally.failed == 0, tally.errors[:3]
+
+
+async def test_a_5xx_burst_rolls_back_at_once(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY)
+    cand = scripted(**NOISY, fault="http_500")
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": 50}, {"percent": 100}],
+        analysis=analysis(30.0, critical={"http_5xx_burst": {"count": 5, "within_s": 10}}),
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(drive(run.url, requests=400, concurrency=8, keys=user_keys(100), stop=stop))
+        outcome = await run.finish(timeout_s=25)
+        stop.set()
+        tally = await load
+    assert outcome.status == "rolled_back"
+    assert run.events("window") == [], "rolled back before the first 30 s window closed"
+    [rollback] = decisions(run, "rollback")
+    assert any("5xx" in r or "http_5xx_burst" in r for r in rollback.reasons), rollback.reasons
+    # Every candidate 500 came before the first byte: retried on the baseline, so the clients saw none.
+    assert tally.failed == 0 and tally.status == {200: tally.sent}
+
+
+async def test_a_candidate_killed_mid_stream_loses_and_duplicates_nothing(scripted, tmp_path: Path) -> None:
+    slow = {"ttft_ms": 30.0, "interval_ms": 40.0, "chunks": 40}  # 1.6 s streams: many in flight at the kill
+    base = scripted(**slow)
+    cand = scripted(**slow)
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": 50}, {"percent": 100}],
+        analysis=analysis(30.0),
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(drive(run.url, requests=120, concurrency=16, max_tokens=40, stop=stop))
+        await asyncio.sleep(2.5)
+        assert cand.proc is not None
+        os.killpg(cand.proc.pid, signal.SIGKILL)
+        tally = await load
+        outcome = await run.finish(timeout_s=30)
+    assert outcome.status == "rolled_back"
+    with run.store() as store:
+        records = store.requests()
+    served = [r for r in records if not r.retried]
+    assert tally.sent == 120 and len(served) == tally.sent, "one final record per client request"
+    assert len({r.request_id for r in served}) == len(served), "no request served twice"
+    broken = [r for r in served if r.pool == "candidate" and not r.ok]
+    assert broken, "streams in flight on the killed candidate are its errors"
+    assert tally.failed == len([r for r in served if not r.ok]), "each client error is one pool error"
+    retried = [r for r in records if r.retried]
+    for r in retried:
+        assert r.pool == "candidate" and r.http_status is None, "refused before the first byte"
+        [second] = [s for s in served if s.request_id == r.request_id]
+        assert second.pool == "baseline" and second.attempt == 2
+    assert any(e.details.get("kind") == "crash" for e in run.events("critical"))
+
+
+async def _equal_pools(scripted, tmp_path: Path, weight: float, windows: int, load_ms: float, cand_interval: float):
+    base = scripted(**NOISY, load_ms_per_stream=load_ms, seed=3)
+    cand = scripted(**(NOISY | {"interval_ms": cand_interval}), load_ms_per_stream=load_ms, seed=4)
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": weight, "min_time_s": 3600, "min_requests": 10**6}, {"percent": 100}],
+        analysis=analysis(1.0, min_samples=10, max_looks=windows),
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=True)) as run:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(drive(run.url, requests=100_000, concurrency=16, keys=user_keys(2000), stop=stop))
+        while len(run.events("window")) < windows and not run.task.done():
+            await asyncio.sleep(0.5)
+        stop.set()
+        await load
+        outcome = await run.stopped()
+    return run, outcome
+
+
+async def test_equal_pools_with_noise_for_30_windows_do_not_roll_back(scripted, tmp_path: Path, record_property) -> None:
+    run, outcome = await _equal_pools(scripted, tmp_path, weight=50, windows=30, load_ms=0.0, cand_interval=20.0)
+    windows = run.events("window")
+    verdicts = [w.details["analysis"]["verdict"] for w in windows]
+    failed = verdicts.count("FAIL")
+    record_property("failing_windows_of_30", failed)
+    print(f"equal pools: {failed} failing windows of {len(windows)}; verdicts {verdicts}")
+    assert outcome.status != "rolled_back"
+    assert decisions(run, "rollback") == []
+    assert verdicts.count("PASS") > len(verdicts) // 2, "most windows had the samples to judge"
+
+
+async def test_at_a_twentieth_of_the_load_only_the_matched_comparison_sees_a_regression(scripted, tmp_path: Path) -> None:
+    """Latency grows 4 ms per stream in flight; the candidate is 20 % slower per token at the same load.
+
+    At 5 % of the traffic the candidate serves about one stream at a time while the baseline serves ~15, so
+    compared as they come the candidate looks faster. Compared within in-flight strata it is slower.
+    """
+    run, _ = await _equal_pools(scripted, tmp_path, weight=5, windows=15, load_ms=4.0, cand_interval=24.0)
+    with run.store() as store:
+        records = store.requests()
+    policy = analysis_policy(run.rollout).model_copy(update={"min_samples": 10, "max_looks": 1})
+    segments = samples_by_segment(records, with_control=False)
+    naive = analyse_window(policy, segments, 1, matching="naive")
+    matched = analyse_window(policy, segments, 1)
+    itl_naive = next(r for r in naive.results if r.metric == "p99_itl_ms")
+    itl_matched = next(r for r in matched.results if r.metric == "p99_itl_ms")
+    print(f"naive: {itl_naive.text}\nmatched: {itl_matched.text}")
+    assert itl_naive.ratio is not None and itl_naive.ratio.ratio < 1.0, "naively, the lightly loaded candidate looks faster"
+    assert itl_naive.verdict == "PASS"
+    assert matched.comparison == "stratified" and itl_matched.ratio is not None
+    assert itl_matched.ratio.ratio > 1.1, itl_matched.text
+
+
+async def test_too_little_traffic_holds_instead_of_rolling_back(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY)
+    cand = scripted(**(NOISY | {"interval_ms": 40.0}))  # twice as slow: would fail if there were evidence
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": 50, "min_time_s": 0, "min_requests": 0}, {"percent": 100}],
+        analysis=analysis(1.0, min_samples=30),
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
+        tally = await drive(run.url, requests=24, concurrency=1, pace_s=0.05)
+        while len(run.events("window")) < 5:
+            await asyncio.sleep(0.2)
+        outcome = await run.stopped()
+    assert tally.ok == 24
+    verdicts = [w.details["analysis"]["verdict"] for w in run.events("window")]
+    assert set(verdicts) == {"INCONCLUSIVE"}, verdicts
+    assert outcome.status == "running" and decisions(run, "rollback") == []
+    assert all(e.decision == "hold" for e in run.events("decision"))
+
+
+async def test_a_restarted_controller_resumes_at_its_weight_and_step(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY)
+    cand = scripted(**NOISY)
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        steps=[{"percent": 10, "min_time_s": 0, "min_requests": 0}, {"percent": 40, "min_time_s": 3600}, {"percent": 100}],
+        analysis=analysis(1.0, min_samples=5, promote_windows=1),
+    )
+    keys = user_keys(300)
+    async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)) as first:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(drive(first.url, requests=100_000, concurrency=8, keys=keys, stop=stop, tag="warm"))
+        while not decisions(first, "advance"):
+            await asyncio.sleep(0.2)
+        stop.set()
+        await load
+        await drive(first.url, requests=300, concurrency=8, keys=keys, tag="before")
+        await first.stopped()
+    with first.store() as store:
+        before = store.load_state()
+    assert before is not None and (before.step, before.percent) == (1, 40.0)
+    async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)) as second:
+        tally = await drive(second.url, requests=300, concurrency=8, keys=keys, tag="after")
+        await second.stopped()
+    with second.store() as store:
+        after = store.load_state()
+        started = store.events(kinds=("started",))
+        records = store.requests()
+    assert after is not None and (after.step, after.percent) == (1, 40.0)
+    assert started[-1].details["resumed"] is True
+    assert tally.ok == 300
+    # Sticky keys: request i carries key i before and after the restart, and lands in the same pool.
+    pool_of = {r.request_id: r.pool for r in records if not r.retried}
+    moved = [i for i in range(300) if pool_of[f"before-{i}-{keys(i)}"] != pool_of[f"after-{i}-{keys(i)}"]]
+    assert moved == []
+    share = sum(pool_of[f"after-{i}-{keys(i)}"] == "candidate" for i in range(300)) / 300
+    assert 0.25 < share < 0.55, f"about 40 % of the keys go to the candidate, got {share:.0%}"
+
+
+async def test_admin_calls_without_the_token_are_refused_and_logged_without_it(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY)
+    cand = scripted(**NOISY)
+    rollout = write_rollout(tmp_path, {"baseline": [base.base_url], "candidate": [cand.base_url]}, analysis=analysis(5.0))
+    async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)) as run:
+        async with aiohttp.ClientSession() as s:
+            for headers in ({}, {"Authorization": "Bearer wrong-token-123"}, {"Authorization": f"Basic {TOKEN}"}):
+                async with s.post(f"{run.admin_url}/rollback", headers=headers) as r:
+                    assert r.status == 401
+            async with s.get(f"{run.admin_url}/status", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                status = await r.json()
+            assert status["state"] == "running", "the refused rollback did nothing"
+            async with s.post(f"{run.admin_url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                assert r.status == 200 and (await r.json())["state"] == "paused"
+            async with s.post(f"{run.admin_url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                assert r.status == 409
+        await run.stopped()
+    logged = "\n".join(run.lines)
+    assert "refused POST /rollback" in logged
+    assert TOKEN not in logged and "wrong-token-123" not in logged
+    with run.store() as store:
+        kinds = [(e.kind, e.decision) for e in store.events()]
+        assert ("decision", "pause") in kinds and ("decision", "rollback") not in kinds
+    state_bytes = Path(run.rollout.state.path).read_bytes() + Path(str(run.rollout.state.path) + ".events.jsonl").read_bytes()
+    assert TOKEN.encode() not in state_bytes
+
+
+async def test_hooks_get_metacharacters_literally_and_a_failing_hook_is_reported(scripted, tmp_path: Path) -> None:
+    base = scripted(**NOISY)
+    cand = scripted(**NOISY)
+    out = tmp_path / "argv.json"
+    tricky = "; rm -rf ~ && echo $HOME | cat `id` > /tmp/x"
+    write = [
+        sys.executable,
+        "-c",
+        "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))",
+        str(out),
+        tricky,
+        "*",
+    ]
+    fail = [sys.executable, "-c", "import sys; print('unit not found', file=sys.stderr); sys.exit(5)"]
+    rollout = write_rollout(
+        tmp_path,
+        {"baseline": [base.base_url], "candidate": [cand.base_url]},
+        analysis=analysis(5.0),
+        hooks={"rollback": [write, fail], "timeout_s": 20},
+    )
+    async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{run.admin_url}/rollback", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                assert r.status == 200
+        outcome = await run.finish(timeout_s=30)
+    assert outcome.status == "rolled_back"
+    assert json.loads(out.read_text()) == [tricky, "*"], "no shell saw the arguments"
+    hooks = run.events("hook")
+    assert [h.details["exit_code"] for h in hooks] == [0, 5]
+    assert "unit not found" in hooks[1].details["stderr"]
+    assert any("FAILED" in line for line in run.lines), "a failing hook is reported loudly"
