@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 
 from specguard.canary.rollout import Pool, Rollout, split_listen
 from specguard.canary.split import PoolName
-from specguard.check.plan import Arm, LaunchSpec
-from specguard.embedded.launch import EMBEDDED_PREFIX, server_spec_for
+from specguard.check.plan import LaunchSpec
+from specguard.embedded.launch import launches_embedded, server_spec_for
 from specguard.embedded.models import MANIFEST as MODELS_MANIFEST
 from specguard.embedded.models import ModelSet, ModelSetSpec, default_models_dir
 from specguard.embedded.runtime import VllmRuntime, default_runtime_dir, load_manifest
@@ -268,10 +268,10 @@ def _pool_unit(
         )
     _no_secrets(launch, f"pools.{launch_from}.launch", rollout_path)
     port = _port(name, pool, launch, taken, rollout_path)
-    embedded = launch.model.startswith(EMBEDDED_PREFIX) or EMBEDDED_PREFIX in json.dumps(launch.speculative_config or {})
+    embedded = launches_embedded([launch])
     if embedded:
         runtime, models = _embedded(options)
-        spec = server_spec_for(Arm(launch=launch), models, port)
+        spec = server_spec_for(launch, models, port)
         # As ManagedServer starts the embedded servers: offline (the models are local), the runtime's env first.
         env = {"HF_HUB_OFFLINE": "1", **runtime.env, **spec.env}
         serve_argv, version, source = runtime.serve_argv, runtime.vllm_version, runtime.version_source

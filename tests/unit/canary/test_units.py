@@ -27,7 +27,6 @@ from specguard.canary.runbook import RUNBOOK
 from specguard.canary.systemd import environment_lines, exec_line, quote_word
 from specguard.canary.unit_specs import CONTROLLER_UNIT, POOL_UNITS, SetupMissingError, UnitOptions
 from specguard.canary.units import write_units
-from specguard.check.plan import Arm
 from specguard.embedded.launch import server_spec_for
 from specguard.embedded.models import MANIFEST as MODELS_MANIFEST
 from specguard.embedded.models import ModelSet, ModelSetSpec
@@ -325,7 +324,7 @@ def test_embedded_units_verify_and_run_the_runtime_serve_argv(
         text = (out / POOL_UNITS[pool]).read_text()  # type: ignore[index]
         argv = argv_of(text)
         port = int(argv[argv.index("--port") + 1])
-        spec = server_spec_for(Arm(launch=getattr(rollout.pools, pool).launch), models, port)
+        spec = server_spec_for(getattr(rollout.pools, pool).launch, models, port)
         assert argv == build_argv(spec, runtime.serve_argv, port)
         assert environment_of(text) == {"HF_HUB_OFFLINE": "1", **runtime.env, **spec.env}
         ports.add(port)
