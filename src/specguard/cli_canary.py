@@ -160,3 +160,40 @@ def rollback(rollout_file: RolloutArg) -> None:
 
 def register(app: typer.Typer) -> None:
     app.add_typer(canary_app, name="canary")
+
+
+@canary_app.command("units", epilog=EXIT_CODES_EPILOG)
+def units(
+    rollout_file: RolloutArg,
+    out: Annotated[Path, typer.Option(help="Directory for the .service files and RUNBOOK.md.")],
+    force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+    vllm_bin: Annotated[Path | None, typer.Option(help="The vllm executable of non-embedded pools (default: on PATH).")] = None,
+    vllm_version: Annotated[str | None, typer.Option(help="The vLLM version to pin (default: what vllm --version says).")] = None,
+    specguard_bin: Annotated[Path | None, typer.Option(help="The specguard executable the controller unit runs.")] = None,
+    working_dir: Annotated[Path | None, typer.Option(help="The controller's working directory (default: here).")] = None,
+    drain_timeout_s: Annotated[float, typer.Option(min=1, help="The controller's stop timeout (streams drain).")] = 300.0,
+    exclusive: Annotated[bool, typer.Option(help="Conflicts= between baseline and speculative (one GPU, no canary).")] = False,
+) -> None:
+    """Write systemd units for the pools (from their launch specs) and the controller, and the rollback runbook."""
+    from specguard.canary.rollout import load_rollout
+    from specguard.canary.unit_specs import UnitOptions
+    from specguard.canary.units import write_units
+    from specguard.validation import version_option
+
+    input_path(rollout_file, "ROLLOUT")
+    input_path(vllm_bin, "--vllm-bin")
+    input_path(specguard_bin, "--specguard-bin")
+    input_path(working_dir, "--working-dir", directory=True)
+    version_option(vllm_version, "--vllm-version")
+    rollout = load_rollout(rollout_file)
+    options = UnitOptions(
+        vllm_bin=vllm_bin,
+        vllm_version=vllm_version,
+        specguard_bin=specguard_bin,
+        working_dir=working_dir,
+        drain_timeout_s=drain_timeout_s,
+        exclusive=exclusive,
+    )
+    paths = write_units(rollout, rollout_file, out, options, force=force, warn=lambda m: err.print(f"warning: {m}", highlight=False))
+    for p in paths:
+        print(p)

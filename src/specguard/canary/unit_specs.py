@@ -26,6 +26,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -331,7 +332,10 @@ def _hook_warnings(rollout: Rollout, units: set[str]) -> list[str]:
 
 
 def _specguard_bin(options: UnitOptions) -> Path:
-    found = options.specguard_bin or (Path(p) if (p := shutil.which("specguard")) else None)
+    # The specguard that writes the units is the one on PATH or, failing that, the one beside this interpreter
+    # (a virtual environment's bin/ that is not on PATH, as `.venv/bin/specguard canary units` runs).
+    beside = Path(sys.executable).parent / "specguard"
+    found = options.specguard_bin or (Path(p) if (p := shutil.which("specguard")) else beside if beside.is_file() else None)
     if found is None or not found.is_file():
         raise OptionError("--specguard-bin: no 'specguard' on PATH; give the absolute path of specguard on the controller's host")
     return found.absolute()
