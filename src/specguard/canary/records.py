@@ -88,7 +88,9 @@ class ControllerState(StrictModel):
     step: int = Field(default=0, ge=0)
     percent: float = Field(default=0.0, ge=0, le=100, description="the candidate's share now; 0 after a rollback")
     step_started_unix: float
-    seconds_in_step: float = Field(default=0.0, ge=0, description="time at this step while running (pauses excluded), at updated_unix")
+    seconds_in_step: float = Field(
+        default=0.0, ge=0, description="time at this step while running (pauses excluded), at updated_unix"
+    )
     requests_in_step: int = Field(default=0, ge=0, description="candidate requests at this step")
     look: int = Field(default=0, ge=0, description="windows analysed so far in the rollout")
     windows: list[dict[str, Any]] = Field(default_factory=list, description="decision.WindowRecord dumps, in order")
