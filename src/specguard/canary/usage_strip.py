@@ -45,7 +45,7 @@ _USAGE_KEY = b',"usage":'
 _FINGERPRINT_KEY = b',"system_fingerprint":'
 # Structural: preceded by the object's own punctuation; inside a string the quote would be escaped.
 _FINISHED = re.compile(rb'[,{]"finish_reason":"')
-_NO_CHOICES = re.compile(rb'[,{]"choices":\s*\[\s*\]')
+_NO_CHOICES = re.compile(rb'[,{]\s*"choices":\s*\[\s*\]')
 _SEP = b"\n\n"
 
 
