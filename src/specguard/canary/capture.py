@@ -70,7 +70,10 @@ def capture_entry(api: Api, body: Any, record: ProxiedRequest, redact: bool) -> 
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            entry["prompt" if redact else "prompt_token_ids"] = REDACTED_PROMPT if redact else prompt
+            if redact:
+                entry["prompt"] = REDACTED_PROMPT  # token ids are the prompt as well
+            else:
+                entry["prompt_token_ids"] = prompt
         elif isinstance(prompt, str) or (isinstance(prompt, list) and all(isinstance(p, str) for p in prompt)):
             entry["prompt"] = REDACTED_PROMPT if redact else (prompt if isinstance(prompt, str) else "\n".join(prompt))
         else:

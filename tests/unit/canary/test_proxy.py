@@ -26,6 +26,17 @@ def scripted_up(server: object) -> Upstream:
     return Upstream(server.base_url, server.metrics_url)  # type: ignore[attr-defined]
 
 
+async def logs_of(server: object, n: int) -> dict[str, object]:
+    """The scripted server's chunk log once it holds ``n`` requests: it writes a line after the response's end,
+    so a client can finish first. A guard of 10 s against waiting forever, not a measurement."""
+    for _ in range(1000):
+        logs: dict[str, object] = server.chunk_logs()  # type: ignore[attr-defined]
+        if len(logs) >= n:
+            return logs
+        await asyncio.sleep(0.01)
+    return logs
+
+
 def make(
     pools: dict[str, list[Upstream]], records: list[ProxiedRequest], split: Split | None = None, **kw: object
 ) -> CanaryProxy:
@@ -49,7 +60,7 @@ async def test_streams_read_by_read_and_measures_as_bench_does(scripted) -> None
             first = await resp.content.readany()
             first_seen = time.monotonic()
             rest = await resp.read()
-    sent = server.chunk_logs()["s1"].chunk_sent
+    sent = (await logs_of(server, 1))["s1"].chunk_sent  # type: ignore[attr-defined]
     assert first.startswith(b"data: {") and first_seen < sent[-1], "the first chunk reached the client before the last was sent"
     assert (first + rest).endswith(b"data: [DONE]\n\n") and (first + rest).count(b'"usage"') == 6, "asked for usage: kept"
     (rec,) = records
@@ -116,12 +127,15 @@ async def test_capture_writes_the_request_log_assess_reads_with_redaction(tmp_pa
     assert "secret" not in redacted.read_text()
 
 
-@pytest.mark.parametrize("fault", ["refused", "http_500"])
+@pytest.mark.parametrize("fault", ["refused", "http_500", "hang"])
 async def test_a_failure_before_the_first_byte_is_retried_on_the_baseline(scripted, fault: str) -> None:
     base = scripted(**FAST)
-    cand = free_url() if fault == "refused" else scripted_up(scripted(fault="http_500", **FAST))
+    if fault == "refused":
+        cand = free_url()
+    else:  # hang with 0 chunks: no status line at all, so the first-byte timeout strikes
+        cand = scripted_up(scripted(fault=fault, fault_after_chunks=0, **FAST))
     records: list[ProxiedRequest] = []
-    proxy = make({"baseline": [scripted_up(base)], "candidate": [cand]}, records)
+    proxy = make({"baseline": [scripted_up(base)], "candidate": [cand]}, records, first_byte_timeout_s=0.5)
     proxy.set_weights(1.0, 0.0, 3)
     async with proxied(proxy) as url, aiohttp.ClientSession() as session:
         status, data = await post(session, url, completion(), rid="x1")
@@ -130,7 +144,7 @@ async def test_a_failure_before_the_first_byte_is_retried_on_the_baseline(script
     assert (first.pool, first.attempt, first.retried, first.ok) == ("candidate", 1, True, False)
     assert first.error is not None and (first.http_status == 500) == (fault == "http_500")
     assert (second.pool, second.attempt, second.retried, second.ok, second.step) == ("baseline", 2, False, True, 3)
-    assert first.request_id == second.request_id == "x1" and list(base.chunk_logs()) == ["x1"]
+    assert first.request_id == second.request_id == "x1" and list(await logs_of(base, 1)) == ["x1"]
 
 
 async def test_a_stream_broken_after_the_first_byte_is_its_pools_error_and_not_retried(scripted) -> None:
@@ -148,7 +162,7 @@ async def test_a_stream_broken_after_the_first_byte_is_its_pools_error_and_not_r
     assert got.count(b"data: {") == 2 and b"[DONE]" not in got, "what was sent so far, then the connection closed"
     (rec,) = records
     assert rec.pool == "candidate" and not rec.ok and not rec.retried and rec.chunk_tokens == [1, 1]
-    assert list(cand.chunk_logs()) == ["d1"] and base.chunk_logs() == {}, "one request at each end, none duplicated"
+    assert list(await logs_of(cand, 1)) == ["d1"] and base.chunk_logs() == {}, "one request at each end, none duplicated"
 
 
 @pytest.mark.parametrize(("fault", "words"), [("no_done", "[DONE]"), ("error_event", "server error")])
