@@ -46,7 +46,7 @@ from specguard.errors import HelperProcessError, OutputWriteError
 from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.loadgen.client import StreamResult
 from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts
-from specguard.results.models import RequestRecord
+from specguard.results.models import RequestRecord, TokenSource
 from specguard.results.store import JsonlAppender
 
 _LEN = struct.Struct(">I")
@@ -90,8 +90,28 @@ class RecordWritten:
     output_tokens: int
 
 
-def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter | None) -> RequestRecord:
-    res = f.result
+@dataclass(frozen=True)
+class StreamMeasures:
+    """What bench (and the canary proxy) make of one streamed response: the latencies and token counts of a record."""
+
+    ok: bool
+    error: str | None
+    ttft_s: float | None
+    e2e_s: float | None
+    stream_end_s: float | None
+    chunk_times_s: list[float]
+    chunk_tokens: list[int]
+    token_source: TokenSource | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+
+
+def measure_stream(res: StreamResult, parsed: ParsedStream, tokenizer: TokenCounter | None) -> StreamMeasures:
+    """The one definition of a streamed request's measures, shared by bench's records and the canary's.
+
+    Times are those of ``res`` (seconds after the send); a stream without ``[DONE]`` is an error.
+    """
     error = res.error or parsed.error
     if error is None and not parsed.done:
         error = "stream ended before [DONE]"
@@ -99,17 +119,9 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
     # No stream came back (an HTTP error, or no response at all): there were no chunks to count, so the
     # record says "unknown" (None), not "0 tokens by chunk count".
     streamed = res.http_status == 200
-    return RequestRecord(
-        index=f.index,
-        seq=f.seq,
-        request_id=f.request_id,
-        segment=f.segment,
+    return StreamMeasures(
         ok=error is None,
         error=error,
-        http_status=res.http_status,
-        scheduled_s=f.scheduled_s,
-        sent_s=f.sent_s,
-        send_lag_s=max(0.0, f.sent_s - f.scheduled_s),
         ttft_s=times[0] if times else None,
         e2e_s=times[-1] if times else None,
         stream_end_s=res.stream_end,
@@ -119,6 +131,31 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         prompt_tokens=parsed.prompt_tokens,
         output_tokens=total if streamed else None,
         finish_reason=parsed.finish_reason,
+    )
+
+
+def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter | None) -> RequestRecord:
+    m = measure_stream(f.result, parsed, tokenizer)
+    return RequestRecord(
+        index=f.index,
+        seq=f.seq,
+        request_id=f.request_id,
+        segment=f.segment,
+        ok=m.ok,
+        error=m.error,
+        http_status=f.result.http_status,
+        scheduled_s=f.scheduled_s,
+        sent_s=f.sent_s,
+        send_lag_s=max(0.0, f.sent_s - f.scheduled_s),
+        ttft_s=m.ttft_s,
+        e2e_s=m.e2e_s,
+        stream_end_s=m.stream_end_s,
+        chunk_times_s=m.chunk_times_s,
+        chunk_tokens=m.chunk_tokens,
+        token_source=m.token_source,
+        prompt_tokens=m.prompt_tokens,
+        output_tokens=m.output_tokens,
+        finish_reason=m.finish_reason,
         temperature=f.temperature,
         max_tokens=f.max_tokens,
     )

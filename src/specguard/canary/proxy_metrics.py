@@ -1,0 +1,66 @@
+"""The proxy's own Prometheus metrics, in a registry of their own (the controller serves it on the admin listener).
+
+Latencies are observed per upstream attempt from the same record the controller analyses, so the
+dashboards and the decisions see the same numbers. Buckets are in milliseconds: TTFT and E2E from 5 ms to
+2 minutes (a long answer on a loaded pool), per-token ITL from 0.5 ms to 1 s (a decode step of a small model
+on a GPU is a few ms; a CPU test server's 20-100 ms).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from specguard.analysis.request_metrics import per_token_itl
+from specguard.canary.records import ProxiedRequest
+from specguard.canary.split import PoolName
+
+__all__ = ["E2E_BUCKETS_MS", "ITL_BUCKETS_MS", "TTFT_BUCKETS_MS", "ProxyMetrics"]
+
+TTFT_BUCKETS_MS = (5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0, 60000.0)
+E2E_BUCKETS_MS = (25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0, 60000.0, 120000.0)
+ITL_BUCKETS_MS = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 250.0, 500.0, 1000.0)
+POOLS: tuple[PoolName, ...] = ("baseline", "candidate", "control")
+
+
+class ProxyMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        labels = ("pool", "segment")
+        self.requests = Counter("specguard_canary_requests", "Upstream attempts of completions/chat requests", labels, registry=r)
+        self.errors = Counter(
+            "specguard_canary_errors", "Upstream attempts that failed (client disconnects excluded)", labels, registry=r
+        )
+        self.disconnects = Counter(
+            "specguard_canary_client_disconnects", "Requests whose client went away before the end", ("pool",), registry=r
+        )
+        self.ttft = Histogram("specguard_canary_ttft_ms", "Time to first token (ms)", labels, buckets=TTFT_BUCKETS_MS, registry=r)
+        self.itl = Histogram(
+            "specguard_canary_itl_ms", "Per-token inter-token latency (ms)", labels, buckets=ITL_BUCKETS_MS, registry=r
+        )
+        self.e2e = Histogram("specguard_canary_e2e_ms", "End-to-end latency (ms)", labels, buckets=E2E_BUCKETS_MS, registry=r)
+        self.in_flight = Gauge("specguard_canary_in_flight", "Requests in flight upstream", ("pool",), registry=r)
+        self.candidate_weight = Gauge("specguard_canary_candidate_weight", "Candidate share of new requests", registry=r)
+        self.control_weight = Gauge("specguard_canary_control_weight", "Control share of new requests", registry=r)
+        self.step = Gauge("specguard_canary_step", "The rollout step (0-based)", registry=r)
+        self.decisions = Counter("specguard_canary_decisions", "Controller decisions by kind", ("kind",), registry=r)
+        for pool in POOLS:
+            self.in_flight.labels(pool=pool).set(0)
+
+    def observe(self, record: ProxiedRequest) -> None:
+        labels = {"pool": record.pool, "segment": record.segment}
+        self.requests.labels(**labels).inc()
+        if record.client_disconnected:
+            self.disconnects.labels(pool=record.pool).inc()
+        elif not record.ok:
+            self.errors.labels(**labels).inc()
+        if record.ttft_s is not None:
+            self.ttft.labels(**labels).observe(record.ttft_s * 1000.0)
+        if record.e2e_s is not None:
+            self.e2e.labels(**labels).observe(record.e2e_s * 1000.0)
+        itl = self.itl.labels(**labels)
+        for gap in per_token_itl(record.chunk_times_s, record.chunk_tokens):
+            itl.observe(gap * 1000.0)
+
+    def count_decision(self, kind: str) -> None:
+        self.decisions.labels(kind=kind).inc()
