@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from specguard.canary.pool_watch import Upstream
+from specguard.canary.upstream import Upstream
 from specguard.canary.proxy import CanaryProxy
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split

@@ -36,14 +36,6 @@ _GAUGES = ("requests_waiting", "requests_running", "kv_cache_usage")
 _RESTART_COUNTERS = ("generation_tokens", "prompt_tokens")
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """One vLLM server of a pool."""
-
-    base_url: str
-    metrics_url: str
-
-
 @dataclass
 class PoolReadings:
     """One window's reads: per server, in order."""

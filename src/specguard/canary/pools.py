@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard.canary.pool_watch import Upstream
+from specguard.canary.upstream import Upstream
 from specguard.canary.rollout import Pool, Rollout
 from specguard.canary.split import PoolName
 from specguard.errors import ServerError

@@ -52,14 +52,6 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CLIENT_GONE = "client disconnected before the response finished"
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """One vLLM server of a pool."""
-
-    base_url: str  # e.g. http://127.0.0.1:8001 (no trailing slash)
-    metrics_url: str  # its /metrics
-
-
 class _BeforeFirstByte(Exception):
     """An attempt that failed before the response body's first byte: it may be retried."""
 

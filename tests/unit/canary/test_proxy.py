@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 
 from specguard.canary.capture import REDACTED_PROMPT, CaptureSettings
-from specguard.canary.proxy import CanaryProxy, Upstream
+from specguard.canary.proxy import CanaryProxy
+from specguard.canary.upstream import Upstream
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import SegmentKey, SegmentRule, Split, StickyKey
 from specguard.workload.importers import read_log
