@@ -24,17 +24,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from specguard.lifetime import die_with_parent
 
 __all__ = ["KILL_GRACE_S", "OUTPUT_TAIL_BYTES", "HookResult", "run_hook", "run_hooks"]
 
 OUTPUT_TAIL_BYTES = 4096  # per stream: the end of the output is where a failing command says why
-KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL on timeout, and for the pipes to close after the group is gone
-_READ_CHUNK = 65536
+KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL on timeout: time for a command to undo a half-done step
 
 
 @dataclass(frozen=True)
@@ -59,31 +60,12 @@ class HookResult:
         return self.exit_code == 0 and not self.timed_out
 
 
-class _Tail:
-    """The last ``limit`` bytes of a stream, and how many came before them."""
-
-    def __init__(self, limit: int = OUTPUT_TAIL_BYTES) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
-
-    def text(self) -> str:
-        body = self.data.decode("utf-8", errors="replace")
-        cut = self.total - len(self.data)
-        return f"[... {cut} bytes cut]\n{body}" if cut else body
-
-
-async def _drain(stream: asyncio.StreamReader | None, tail: _Tail) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_READ_CHUNK):
-        tail.add(chunk)
+def _tail(file: IO[bytes], limit: int = OUTPUT_TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of an output file, with a line saying how much came before them."""
+    size = file.seek(0, os.SEEK_END)
+    file.seek(max(0, size - limit))
+    body = file.read().decode("utf-8", errors="replace")
+    return f"[... {size - limit} bytes cut]\n{body}" if size > limit else body
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -95,45 +77,40 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 async def _attempt(argv: list[str], attempt: int, timeout_s: float, env: dict[str, str] | None) -> HookResult:
     started = time.monotonic()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # its own process group, killed as a whole
-            preexec_fn=die_with_parent,
-        )
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        return HookResult(list(argv), attempt, None, False, time.monotonic() - started, "", f"cannot run {argv[0]!r}: {why}")
-    out, err = _Tail(), _Tail()
-    readers = asyncio.gather(_drain(proc.stdout, out), _drain(proc.stderr, err))
-    timed_out = False
-    try:
+    # Output goes to unlinked temporary files, not pipes: asyncio's wait() also waits for the pipes to close,
+    # so a process the hook left behind holding its stdout would hold the controller until the timeout.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except TimeoutError:
-            timed_out = True
-            _signal_group(proc.pid, signal.SIGTERM)
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,  # its own process group, killed as a whole
+                preexec_fn=die_with_parent,
+            )
+        except OSError as exc:
+            why = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+            return HookResult(list(argv), attempt, None, False, time.monotonic() - started, "", why)
+        timed_out = False
+        try:
             try:
-                await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+                await asyncio.wait_for(proc.wait(), timeout_s)
             except TimeoutError:
-                pass
+                timed_out = True
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+                except TimeoutError:
+                    pass
         finally:
             # Also on cancellation (the controller stopping): nothing of the hook's group is left behind.
             _signal_group(proc.pid, signal.SIGKILL)
             if proc.returncode is None:
                 await asyncio.shield(proc.wait())
-        # The pipes close when the last process holding them dies; one that left the group (setsid) may not.
-        await asyncio.wait_for(asyncio.shield(readers), KILL_GRACE_S)
-    except TimeoutError:
-        pass
-    finally:
-        readers.cancel()  # a no-op once they finished
-    duration = time.monotonic() - started
-    return HookResult(list(argv), attempt, proc.returncode, timed_out, duration, out.text(), err.text())
+        duration = time.monotonic() - started
+        return HookResult(list(argv), attempt, proc.returncode, timed_out, duration, _tail(out), _tail(err))
 
 
 async def run_hook(
