@@ -4,9 +4,10 @@ A rollback hook runs while something is already wrong, the worst moment for quot
 command: so a hook is ``exec``'d directly (shell metacharacters reach the program literally), reads nothing
 (stdin is /dev/null), runs in its own process group, and is killed with that whole group on timeout
 (SIGTERM, then SIGKILL after a grace of ``KILL_GRACE_S``). Whatever is left of its group when the hook itself
-exits is killed too, and the hook gets ``PR_SET_PDEATHSIG``: no hook process outlives the controller. A hook
-that must leave a service running should ask a service manager to run it (``systemctl start``), whose
-processes are not in the hook's group.
+exits is killed too, and on cancellation (the controller stopping). Should the controller itself be killed,
+the hook gets ``PR_SET_PDEATHSIG`` (SIGTERM, even when the controller dies of SIGKILL); the hook's own children
+are then its responsibility. A hook that must leave a service running should ask a service manager to run it
+(``systemctl start``), whose processes are not in the hook's group.
 
 Failing to start (a program that does not exist or is not executable) is a failed result, not an exception,
 and is not retried: it fails the same way every time.
@@ -14,8 +15,8 @@ and is not retried: it fails the same way every time.
 Order: ``run_hooks`` stops at the first command that still fails after its retries, as ``set -e`` stops a
 runbook script. Later steps usually presuppose earlier ones: a rollback of ``stop candidate`` then ``start
 spare baseline`` on the same GPUs must not start the spare while the candidate may still hold the memory;
-when a step fails, the state is unknown and a person has to look. The canary's own safety action does not
-wait on hooks: the controller sets the candidate's weight to 0 before it runs the rollback hooks.
+when a step fails, the state is unknown and a person has to look. The canary's own safety action should not
+wait on hooks: the controller sets the candidate's weight to 0 (and commits that) before it runs them.
 ``keep_going=True`` runs every command regardless (for independent notifications).
 """
 

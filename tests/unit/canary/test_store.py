@@ -422,3 +422,12 @@ def test_a_failed_jsonl_write_is_reported_and_completed_by_the_next_event(
         monkeypatch.undo()
         assert [e.decision for e in store.events()] == [None, "pause", "resume"]
         assert jsonl_events(store) == store.events() and store.events()[-1] == third and first == store.events()[:1]
+
+
+def test_nan_in_details_is_stored_as_null_and_returned_as_stored(tmp_path: Path) -> None:
+    with CanaryStore.create_or_open(tmp_path / "s.sqlite", meta()) as store:
+        event = store.append_event("window", time=1.0, step=0, percent=1.0, details={"p_value": float("nan")})
+        assert event.details == {"p_value": None} and store.events() == [event] == jsonl_events(store)
+        with pytest.raises(ValidationError):  # a NaN where the format needs a number is refused before the commit
+            store.append_event("window", time=2.0, step=0, percent=float("nan"))
+        assert store.events() == [event]
