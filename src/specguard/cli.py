@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 
 from specguard import __version__
-from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
 from specguard.cli_canary import register as register_canary_commands
+from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
 from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_output import err
 from specguard.errors import EXIT_CODE_TABLE, ExitCode

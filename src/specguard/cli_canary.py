@@ -70,14 +70,13 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
 ) -> None:
     """The rollout's weight, step, state and decisions, from the state file (no running controller needed)."""
-    from specguard.canary.status import status_document
+    from specguard.canary.status import read_status
     from specguard.canary.store import CanaryStore
 
     with CanaryStore.open_existing(state) as store:
-        current = store.load_state()
-        if current is None:
-            raise OptionError(f"--state {state}: the canary has not started yet (no state saved)")
-        doc = status_document(current, store.events(kinds=("decision",)), store.request_counts())
+        doc = read_status(store)
+    if doc is None:
+        raise OptionError(f"--state {state}: the canary has not started yet (no state saved)")
     if as_json:
         print(json.dumps(doc, indent=2))
         return
@@ -194,6 +193,8 @@ def units(
         drain_timeout_s=drain_timeout_s,
         exclusive=exclusive,
     )
-    paths = write_units(rollout, rollout_file, out, options, force=force, warn=lambda m: err.print(f"warning: {m}", highlight=False))
+    paths = write_units(
+        rollout, rollout_file, out, options, force=force, warn=lambda m: err.print(f"warning: {m}", highlight=False)
+    )
     for p in paths:
         print(p)

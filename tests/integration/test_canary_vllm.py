@@ -19,10 +19,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from specguard.canary.upstream import Upstream
 from specguard.canary.proxy import CanaryProxy
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split
+from specguard.canary.upstream import Upstream
 from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_bench

@@ -24,6 +24,7 @@ roll back, because a pause is asked for while something is being looked at, not 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -35,6 +36,8 @@ from specguard.canary.policy import analysis_policy, gauge_results, rollout_rule
 from specguard.canary.pool_watch import BurstDetector, PoolWatcher, window_gauges
 from specguard.canary.records import CanaryStatus, ControllerState, ProxiedRequest
 from specguard.canary.rollout import Rollout
+from specguard.canary.split import PoolName
+from specguard.canary.status import read_status
 from specguard.canary.store import CanaryStore
 
 __all__ = ["CanaryController", "WeightedProxy"]
@@ -51,7 +54,7 @@ class WeightedProxy(Protocol):
     """What the controller needs of the proxy (``canary.proxy.CanaryProxy``)."""
 
     def set_weights(self, candidate: float, control: float, step: int) -> None: ...
-    def in_flight(self) -> dict[str, int]: ...
+    def in_flight(self) -> dict[PoolName, int]: ...
     def count_decision(self, kind: str) -> None: ...
 
 
@@ -129,9 +132,9 @@ class CanaryController:
         self.proxy.set_weights(cand, control, state.step)
 
     def status(self) -> dict[str, Any]:
-        from specguard.canary.status import status_document
-
-        return status_document(self.state, self.store.events(kinds=("decision",)), self.store.request_counts())
+        doc = read_status(self.store, self.state)
+        assert doc is not None  # a live state is given
+        return doc
 
     # ---- records from the proxy ---------------------------------------------------------------------------
 
@@ -356,7 +359,9 @@ class CanaryController:
         if not commands:
             return []
         h = self.rollout.hooks
-        results = await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries)
+        # Hooks get the controller's environment without the admin token: a hook has no business with it.
+        env = {k: v for k, v in os.environ.items() if k != self.rollout.admin.token_env}
+        results = await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
         for r in results:
             failed = not r.ok
             timed_out = " (timed out)" if r.timed_out else ""

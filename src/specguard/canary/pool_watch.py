@@ -25,10 +25,11 @@ import aiohttp
 
 from specguard.canary.decision import CriticalEvent
 from specguard.canary.split import PoolName
+from specguard.canary.upstream import Upstream
 from specguard.results.models import MetricsSample
 from specguard.server_metrics.parse import MetricsParseError, acceptance, counter_delta, parse_metrics_text
 
-__all__ = ["BurstDetector", "PoolReadings", "PoolWatcher", "Upstream", "server_failures", "window_gauges"]
+__all__ = ["BurstDetector", "PoolReadings", "PoolWatcher", "server_failures", "window_gauges"]
 
 # Gauges averaged per server over a window; counters differenced over it.
 _GAUGES = ("requests_waiting", "requests_running", "kv_cache_usage")

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specguard.canary.upstream import Upstream
 from specguard.canary.rollout import Pool, Rollout
 from specguard.canary.split import PoolName
+from specguard.canary.upstream import Upstream
 from specguard.errors import ServerError
 from specguard.vllm.process import ManagedServer, ServerStartError
 from specguard.vllm.urls import server_root

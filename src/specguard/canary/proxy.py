@@ -40,6 +40,7 @@ from specguard.canary.proxy_metrics import ProxyMetrics
 from specguard.canary.proxy_routing import Api, SegmentRules, sticky_key
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.split import LeastOutstanding, PoolName, RoundRobin, choose_pool, key_hash
+from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import NO_CHANGE, UsagePlan, UsageStripper, request_with_usage
 from specguard.loadgen.client import StreamResult, stamp_arrivals
 

@@ -11,7 +11,7 @@ the client did not, and strips it from what it forwards).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
@@ -29,8 +29,8 @@ __all__ = [
     "ProxiedRequest",
 ]
 
-CANARY_REQUEST_SCHEMA = "specguard.canary_request/1"
-CANARY_EVENT_SCHEMA = "specguard.canary_event/1"
+CANARY_REQUEST_SCHEMA: Final = "specguard.canary_request/1"
+CANARY_EVENT_SCHEMA: Final = "specguard.canary_event/1"
 
 CanaryStatus = Literal["running", "paused", "promoted", "rolled_back"]
 EventKind = Literal[

@@ -43,7 +43,8 @@ class CanaryOutcome:
 
 async def _site(app: web.Application, listen: str, what: str, shutdown_s: float) -> web.AppRunner:
     host, port = split_listen(listen)
-    runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None)
+    # handler_cancellation: a client that goes away cancels its handler, which closes the upstream request.
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None, handler_cancellation=True)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -68,7 +69,7 @@ async def run_canary(
     store = CanaryStore.create_or_open(state_path, meta)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed: list[int] = []
+    installed: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         try:
             loop.add_signal_handler(sig, stop.set)

@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specguard.canary.records import CanaryEvent, ControllerState
+from specguard.canary.records import CanaryEvent, ControllerState, EventKind
+from specguard.canary.split import PoolName
+from specguard.canary.store import CanaryStore
 
-__all__ = ["status_document"]
+__all__ = ["read_status", "status_document"]
+
+_DECISIONS: tuple[EventKind, ...] = ("decision",)
 
 
-def status_document(state: ControllerState, decisions: Sequence[CanaryEvent], requests: Mapping[str, int]) -> dict[str, Any]:
+def status_document(state: ControllerState, decisions: Sequence[CanaryEvent], requests: Mapping[PoolName, int]) -> dict[str, Any]:
     return {
         "weight": state.percent,
         "step": state.step,
@@ -32,3 +36,11 @@ def status_document(state: ControllerState, decisions: Sequence[CanaryEvent], re
             if e.kind == "decision"
         ],
     }
+
+
+def read_status(store: CanaryStore, state: ControllerState | None = None) -> dict[str, Any] | None:
+    """The status document from a state file (``state`` given: the controller's live state); None before the start."""
+    current = state if state is not None else store.load_state()
+    if current is None:
+        return None
+    return status_document(current, store.events(kinds=_DECISIONS), store.request_counts())

@@ -22,7 +22,6 @@ Choices an operator should know (the runbook repeats them):
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
