@@ -26,7 +26,7 @@ from specguard.canary.analysis import MetricResult, WindowAnalysis
 from specguard.canary.decision import CanaryReason, Decision
 from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.canary.rollout import Rollout
-from specguard.errors import OutputExistsError
+from specguard.errors import OutputExistsError, OutputWriteError
 from specguard.report.canary_data import (
     CanaryReportData,
     DecisionRow,
@@ -53,7 +53,8 @@ _TIMELINE_KINDS = ("started", "decision", "critical", "manual", "stopped")
 
 # The canary's own terms; the metrics themselves are worded once, in analysis/definitions.py.
 CANARY_DEFINITIONS: dict[str, str] = {
-    "ratio": "candidate / baseline of the window's percentile (error rate: the two rates); above 1 is worse for latencies",
+    "ratio": "candidate / baseline of the window's percentile, for latencies (above 1: the candidate is slower); "
+    "the error rate has none: its two rates are compared, its budget in points",
     "interval": "95 % percentile-bootstrap interval of the ratio, requests resampled within the window "
     "(per-token ITL resampled by request)",
     "p": "one-sided p-value for 'the candidate is worse': Mann-Whitney U on one value per request (the mean of "
@@ -91,21 +92,24 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+_RATIO_FLOATS = ("baseline", "candidate", "ratio", "ci_low", "ci_high")
+
+
+def _null_as_nan(ratio: Mapping[str, Any]) -> dict[str, Any]:
+    """A RatioResult dump with JSON's null (pydantic writes NaN so) back as the NaN it stood for."""
+    out = dict(ratio)
+    for k in _RATIO_FLOATS:
+        if out.get(k) is None:
+            out[k] = math.nan
+    for k in ("baseline_ci", "candidate_ci"):
+        if isinstance(out.get(k), list):
+            out[k] = [math.nan if x is None else x for x in out[k]]
+    return out
+
+
 def _window_analysis(raw: Mapping[str, Any]) -> WindowAnalysis:
-    """The logged WindowAnalysis; a ratio's NaN that JSON wrote as null is read back as NaN."""
-    results = []
-    for r in raw.get("results", []):
-        ratio = r.get("ratio")
-        if isinstance(ratio, Mapping):
-            ratio = {
-                k: (math.nan if v is None and k in ("baseline", "candidate", "ratio", "ci_low", "ci_high") else v)
-                for k, v in ratio.items()
-            }
-            ratio = {
-                k: [math.nan if x is None else x for x in v] if k.endswith("_ci") and isinstance(v, list) else v
-                for k, v in ratio.items()
-            }
-        results.append({**r, "ratio": ratio})
+    """The logged WindowAnalysis, whether its NaNs were stored as NaN or as null."""
+    results = [{**r, "ratio": _null_as_nan(r["ratio"])} if isinstance(r.get("ratio"), Mapping) else r for r in raw["results"]]
     return WindowAnalysis.model_validate({**raw, "results": results})
 
 
@@ -161,7 +165,7 @@ def _window_row(event: CanaryEvent) -> WindowRow:
         end_utc=_utc(end),
         start_unix=start,
         end_unix=end,
-        step=event.step,
+        step=event.step + 1,
         percent=event.percent,
         verdict=a.verdict,
         comparison=a.comparison,
@@ -190,7 +194,7 @@ def _decision_row(event: CanaryEvent) -> DecisionRow:
         time_utc=_utc(event.time),
         kind=event.kind,
         decision=event.decision,
-        step=event.step,
+        step=event.step + 1,
         percent=event.percent,
         by=str(by) if by is not None else None,
         reasons=reasons,
@@ -221,7 +225,7 @@ def _weight(events: Sequence[CanaryEvent], state: ControllerState) -> list[Weigh
             time_unix=e.time,
             time_utc=_utc(e.time),
             time_iso=_iso(e.time),
-            step=e.step,
+            step=e.step + 1,
             percent=e.percent,
             cause=e.kind + (f" {e.decision}" if e.decision else ""),
         )
@@ -234,7 +238,7 @@ def _weight(events: Sequence[CanaryEvent], state: ControllerState) -> list[Weigh
                 time_unix=t,
                 time_utc=_utc(t),
                 time_iso=_iso(t),
-                step=state.step,
+                step=state.step + 1,
                 percent=state.percent,
                 cause=f"state: {state.status}",
             )
@@ -373,7 +377,7 @@ def build_canary_report_data(
     return CanaryReportData(
         rollout_name=str(meta.get("rollout_name", rollout.name)),
         status=state.status,
-        step=state.step,
+        step=state.step + 1,
         steps=len(step_percents),
         percent=state.percent,
         step_percents=step_percents,
@@ -399,8 +403,11 @@ def write_canary_report(data: CanaryReportData, out_dir: Path, force: bool = Fal
     existing = [p.name for p in paths if p.exists()]
     if existing and not force:
         raise OutputExistsError(f"{out_dir}: {', '.join(existing)} already exist; pass --force to rebuild them")
-    out_dir.mkdir(parents=True, exist_ok=True)
     html, md = render_canary_html(data), render_canary_markdown(data)
-    paths[0].write_text(html)
-    paths[1].write_text(md)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths[0].write_text(html)
+        paths[1].write_text(md)
+    except OSError as exc:
+        raise OutputWriteError(f"{out_dir}: cannot write the canary report ({exc.strerror or exc})") from exc
     return paths

@@ -3,7 +3,8 @@
 Built once by ``canary.report.build_canary_report_data`` from the controller's state, its event log, the
 proxied requests and the pools' inventories; ``render_canary_markdown`` and ``render_canary_html`` are pure
 functions of it: they read no file and compute no statistic (they only format numbers, NaN and None as "-").
-Times are given both as Unix seconds (for charts) and as UTC text (for tables), so no renderer converts them.
+Times are given both as Unix seconds (for charts) and as UTC text (for tables), so no renderer converts them;
+steps are numbered from 1, as people count them (the log's 0-based index + 1).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class WeightPoint(BaseModel):
     time_unix: float
     time_utc: str  # for tables: "2025-01-02 03:04:05 UTC"
     time_iso: str  # for a chart's date axis: "2025-01-02 03:04:05" (UTC)
-    step: int
+    step: int  # 1-based
     percent: float
     cause: str
 
@@ -65,7 +66,7 @@ class WindowRow(BaseModel):
     end_utc: str
     start_unix: float
     end_unix: float
-    step: int
+    step: int  # 1-based
     percent: float
     verdict: str
     comparison: str
@@ -84,7 +85,7 @@ class DecisionRow(BaseModel):
     time_utc: str
     kind: str  # the event's kind
     decision: str | None
-    step: int
+    step: int  # 1-based
     percent: float
     by: str | None  # who asked, for manual actions
     reasons: list[str]
@@ -132,7 +133,7 @@ class InventoryTable(BaseModel):
 class CanaryReportData(BaseModel):
     rollout_name: str
     status: str  # running, paused, promoted, rolled_back
-    step: int
+    step: int  # 1-based
     steps: int
     percent: float
     step_percents: list[float]

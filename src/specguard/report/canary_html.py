@@ -8,6 +8,7 @@ templates/canary.html.j2. Failing hooks are shown in a red box at the top and ag
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 from specguard.report.canary_data import CanaryReportData
 from specguard.report.canary_markdown import fmt_p
@@ -58,21 +59,21 @@ def ratio_chart(data: CanaryReportData) -> str:
         for r in w.results:
             if r.metric != "error_rate":
                 series.setdefault((r.segment, r.metric), []).append((w.look, r.ratio, r.ci_low, r.ci_high))
-    for (segment, metric), rows in series.items():
-        name = f"{segment} {metric}"
-        fig.add_trace(
-            go.Scatter(x=[x for x, *_ in rows], y=[y for _, y, _, _ in rows], mode="markers", name=name, legendgroup=name)
-        )
+    palette = qualitative.Plotly
+    for i, ((segment, metric), rows) in enumerate(series.items()):
+        name, line = f"{segment} {metric}", {"color": palette[i % len(palette)], "width": 2}
+        xs, ys = [x for x, *_ in rows], [y for _, y, _, _ in rows]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=name, legendgroup=name, marker={"color": line["color"]}))
         # each interval drawn as its own vertical segment: [lo, hi] at the window's look, None between them
-        xs = [v for x, *_ in rows for v in (x, x, None)]
-        ys = [v for _, _, lo, hi in rows for v in (lo, hi, None)]
-        fig.add_trace(
-            go.Scatter(x=xs, y=ys, mode="lines", showlegend=False, legendgroup=name, hoverinfo="skip", line={"width": 2})
-        )
+        seg_x = [v for x, *_ in rows for v in (x, x, None)]
+        seg_y = [v for _, _, lo, hi in rows for v in (lo, hi, None)]
+        fig.add_trace(go.Scatter(x=seg_x, y=seg_y, mode="lines", showlegend=False, legendgroup=name, hoverinfo="skip", line=line))
     if not fig.data:
         fig.add_annotation(text="no window has a latency ratio yet", showarrow=False)
     fig.add_hline(y=1.0, line={"dash": "dot", "color": "#888"})
-    fig.update_layout(title="Per-window ratio candidate / baseline with 95 % interval", xaxis_title="window (look)")
+    fig.update_layout(
+        title="Per-window ratio candidate / baseline with 95 % interval", xaxis={"title": "window (look)", "dtick": 1}
+    )
     return chart_div(fig, CHART_IDS[1])
 
 

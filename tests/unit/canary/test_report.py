@@ -20,7 +20,7 @@ import pytest
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import per_token_itl
 from specguard.canary.analysis import AnalysisPolicy, MetricRule, WindowAnalysis, analyse_window, error_control_text
-from specguard.canary.decision import Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
+from specguard.canary.decision import CriticalEvent, Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
 from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.canary.report import build_canary_report_data, write_canary_report
 from specguard.canary.rollout import Rollout
@@ -243,6 +243,44 @@ def test_a_running_rollout_says_where_it_stands_and_why_it_holds(scenario):
     assert data.summary.startswith(f"running at 5 % (step 1 of 2), 1 window analysed, the latest {analyses[0].verdict}")
     assert f"holding: {decisions[0].reasons[0].text}" in data.summary
     assert "No hook ran." in render_canary_markdown(data)
+
+
+@pytest.mark.parametrize("how", ["critical", "manual"])
+def test_a_rollback_without_failing_windows_says_what_rolled_it_back(scenario, how):
+    state, events, _, _, requests = scenario
+    started = events[0]
+    t = started.time + 5
+    if how == "critical":
+        crit = CriticalEvent(kind="oom", server="http://127.0.0.1:8002", detail="CUDA out of memory")
+        d = decide(RULE, StepProgress(step=0, seconds_in_step=5, requests_in_step=3), [], [crit])
+        move = CanaryEvent(
+            seq=1,
+            time=t,
+            kind="decision",
+            decision="rollback",
+            step=0,
+            percent=d.percent,
+            reasons=[r.text for r in d.reasons],
+            details={"decision": d.model_dump(mode="json")},
+        )
+        expected = f"rolled back at 5 % on a critical condition: {d.reasons[0].text}"
+    else:
+        move = CanaryEvent(
+            seq=1,
+            time=t,
+            kind="manual",
+            decision="rollback",
+            step=0,
+            percent=0.0,
+            reasons=["asked by the operator"],
+            details={"by": "admin-api"},
+        )
+        expected = "rolled back at 5 % by hand (admin-api): asked by the operator"
+    data = build_canary_report_data(META, state.model_copy(update={"updated_unix": t}), [started, move], requests, {})
+    assert data.summary == expected
+    md = render_canary_markdown(data)
+    assert "No window has been analysed yet." in md and "bounds false rollbacks" in data.error_control
+    assert f"**rollback**{' by admin-api' if how == 'manual' else ''} ({move.kind}, step 1, 0 %)" in md
 
 
 def test_the_report_files_are_the_renders_and_are_never_overwritten_silently(scenario, tmp_path):
