@@ -41,7 +41,7 @@ from specguard.report.canary_html import render_canary_html
 from specguard.report.canary_markdown import render_canary_markdown
 from specguard.report.numbers import fmt, fmt_percent
 
-__all__ = ["CANARY_DEFINITIONS", "REPORT_FILES", "build_canary_report_data", "write_canary_report"]
+__all__ = ["CANARY_DEFINITIONS", "REPORT_FILES", "build_canary_report_data", "metric_label", "pool_stats", "write_canary_report"]
 
 REPORT_FILES = ("report.html", "report.md")
 POOL_ORDER = ("baseline", "candidate", "control")

@@ -12,7 +12,7 @@ from specguard.report.markdown import definition_lines, md_table
 from specguard.report.numbers import MISSING, fmt, fmt_percent
 from specguard.results.models import Percentiles
 
-__all__ = ["render_canary_markdown", "window_verdict_line"]
+__all__ = ["fmt_p", "render_canary_markdown", "window_verdict_line"]
 
 WINDOW_HEADER = [
     "segment",
