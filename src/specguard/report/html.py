@@ -1,6 +1,8 @@
 """report.html: one self-contained file (plotly.js inlined, no network) with the verdict and its evidence.
 
-A pure function of ``ReportData``: it reads no run directory and computes no figure.
+A pure function of ``ReportData``: it reads no run directory and computes no figure. The page shell
+(styles, inlined plotly.js: templates/page.html.j2), ``chart_div`` and ``render_page`` are shared with the
+canary's report (canary_html.py), so both pages embed plotly the same way.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from specguard.report.data import Charts, ReportData
 from specguard.report.markdown import pinned_line
 from specguard.report.numbers import fmt, fmt_percent, fmt_samples
 
-COLORS = {"baseline": "#636efa", "candidate": "#ef553b"}
-TEMPLATE = Path(__file__).with_name("templates") / "report.html.j2"
+__all__ = ["COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
+
+COLORS = {"baseline": "#636efa", "candidate": "#ef553b", "control": "#00cc96"}
+TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATE = TEMPLATES / "report.html.j2"
 
 
-def _div(fig: go.Figure, name: str) -> str:
+def chart_div(fig: go.Figure, name: str) -> str:
+    """One chart as a ``<div id=name>`` that draws itself with the page's inlined plotly.js."""
     fig.update_layout(template="plotly_white", height=360, margin={"l": 50, "r": 20, "t": 50, "b": 40})
     return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=name, config={"displaylogo": False}))
+
+
+def render_page(template: str, **context: object) -> str:
+    """A template under templates/ (extending page.html.j2) rendered with plotly.js inlined: no network needed."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    return env.get_template(template).render(plotly_js=get_plotlyjs(), **context)
 
 
 def latency_vs_load(c: Charts) -> str:
@@ -33,7 +45,7 @@ def latency_vs_load(c: Charts) -> str:
         fig.add_trace(go.Scatter(x=s.x, y=s.objective, name=name, line=line, legendgroup=s.arm), 1, 1)
         fig.add_trace(go.Scatter(x=s.x, y=s.p99_e2e, showlegend=False, line=line, legendgroup=s.arm), 1, 2)
     fig.update_layout(title="Latency versus offered load")
-    return _div(fig, "latency-vs-load")
+    return chart_div(fig, "latency-vs-load")
 
 
 def distributions(c: Charts) -> str:
@@ -42,7 +54,7 @@ def distributions(c: Charts) -> str:
         fig.add_trace(go.Box(y=d.itl_ms, name=d.arm, marker_color=COLORS[d.arm], boxpoints=False), 1, 1)
         fig.add_trace(go.Box(y=d.tpot_ms, name=d.arm, marker_color=COLORS[d.arm], showlegend=False), 1, 2)
     fig.update_layout(title=f"Distributions at the target level '{c.target}' (all sampling settings)")
-    return _div(fig, "distributions")
+    return chart_div(fig, "distributions")
 
 
 def acceptance(c: Charts) -> str:
@@ -55,7 +67,7 @@ def acceptance(c: Charts) -> str:
     fig.update_layout(
         title="Candidate per-position acceptance (accepted at position i / drafts)", barmode="group", yaxis={"range": [0, 1]}
     )
-    return _div(fig, "acceptance")
+    return chart_div(fig, "acceptance")
 
 
 def server_gauges(c: Charts) -> str:
@@ -69,17 +81,16 @@ def server_gauges(c: Charts) -> str:
         xaxis_title="seconds",
         xaxis2_title="seconds",
     )
-    return _div(fig, "server-gauges")
+    return chart_div(fig, "server-gauges")
 
 
 def render_html(data: ReportData) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True)
     c = data.charts
     charts = [latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
-    return env.get_template(TEMPLATE.name).render(
+    return render_page(
+        TEMPLATE.name,
         v=data.verdict,
         charts=charts,
-        plotly_js=get_plotlyjs(),
         out=data.out,
         pinned_line=pinned_line,
         fmt=fmt,

@@ -1,10 +1,33 @@
-"""report.md: the verdict and its evidence, for a pull request or a ticket."""
+"""report.md: the verdict and its evidence, for a pull request or a ticket.
+
+``md_table`` and ``definition_lines`` are the Markdown shapes the canary's report.md shares with this one.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from specguard.inventory.model import Inventory, ModelIdentity
 from specguard.report.data import ReportData
 from specguard.report.numbers import fmt, fmt_range, fmt_samples
+
+__all__ = ["definition_lines", "md_cell", "md_table", "pinned_line", "render_markdown"]
+
+
+def md_cell(text: object) -> str:
+    """A value as one table cell: pipes escaped and newlines folded, so a reason or an error cannot break the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A Markdown table's lines: the header, the rule, one line per row."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+
+
+def definition_lines(definitions: Mapping[str, str]) -> list[str]:
+    """The Definitions section's list: one ``- **name**: text`` line per definition."""
+    return [f"- **{k}**: {d}" for k, d in definitions.items()]
 
 
 def pinned_line(p: Inventory) -> str:
@@ -66,5 +89,5 @@ def render_markdown(data: ReportData) -> str:
         changed = v.inventory_diff.changed_variables
         out.append(f"- baseline vs candidate: {len(changed)} deployment variable(s) changed: {', '.join(changed) or 'none'}")
     out += ["", "## Reproduce", "", "```bash"] + v.commands + ["```", "", "## Definitions", ""]
-    out += [f"- **{k}**: {d}" for k, d in v.definitions.items()]
+    out += definition_lines(v.definitions)
     return "\n".join(out) + "\n"
