@@ -198,3 +198,17 @@ def units(
     )
     for p in paths:
         print(p)
+
+
+@canary_app.command("report", epilog=EXIT_CODES_EPILOG)
+def report(
+    state: Annotated[Path, typer.Argument(help="The canary's SQLite state file.")],
+    out: Annotated[Path | None, typer.Option(help="Directory for report.html and report.md (default: beside STATE).")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite a report that exists.")] = False,
+) -> None:
+    """Write the rollout's HTML and Markdown report: weight over time, per-window ratios, decisions, hooks, pools."""
+    from specguard.canary.report import read_canary_report_data, write_canary_report
+
+    with_state = read_canary_report_data(state)
+    for p in write_canary_report(with_state, out or state.resolve().parent / "report", force=force):
+        print(p)

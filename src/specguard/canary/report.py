@@ -41,7 +41,15 @@ from specguard.report.canary_html import render_canary_html
 from specguard.report.canary_markdown import render_canary_markdown
 from specguard.report.numbers import fmt, fmt_percent
 
-__all__ = ["CANARY_DEFINITIONS", "REPORT_FILES", "build_canary_report_data", "metric_label", "pool_stats", "write_canary_report"]
+__all__ = [
+    "CANARY_DEFINITIONS",
+    "REPORT_FILES",
+    "build_canary_report_data",
+    "metric_label",
+    "pool_stats",
+    "read_canary_report_data",
+    "write_canary_report",
+]
 
 REPORT_FILES = ("report.html", "report.md")
 POOL_ORDER = ("baseline", "candidate", "control")
@@ -411,3 +419,16 @@ def write_canary_report(data: CanaryReportData, out_dir: Path, force: bool = Fal
     except OSError as exc:
         raise OutputWriteError(f"{out_dir}: cannot write the canary report ({exc.strerror or exc})") from exc
     return paths
+
+
+def read_canary_report_data(state_path: Path) -> CanaryReportData:
+    """The report data of a state file (read-only; a running controller may go on writing it)."""
+    from specguard.canary.store import CanaryStateError, CanaryStore
+
+    with CanaryStore.open_existing(state_path) as store:
+        state = store.load_state()
+        if state is None:
+            raise CanaryStateError(f"{state_path}: the canary has not started yet (no state saved)")
+        meta = store.meta()
+        doc = {"rollout_name": meta.rollout_name, "rollout": meta.rollout, "created_unix": meta.created_unix}
+        return build_canary_report_data(doc, state, store.events(), store.requests(), store.inventories())

@@ -7,11 +7,9 @@ canary/records.py, so every shape the report reads is the one the controller wri
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -295,21 +293,6 @@ def test_the_report_files_are_the_renders_and_are_never_overwritten_silently(sce
     assert md_path.read_text() == render_canary_markdown(data)
 
 
-def _inspect(page: Path, probe: str, shot: Path, tries: int = 3) -> dict[str, Any]:
-    """tests/browser.py's inspect_page, tried again only when removing Chromium's profile fails afterwards.
-
-    Chromium's helper processes can still be writing the profile after the main process exited, so the
-    TemporaryDirectory cleanup sometimes fails with ENOTEMPTY (1 run in 5 here) after the page was inspected.
-    """
-    for attempt in range(tries):
-        try:
-            return inspect_page(page, probe, shot)
-        except OSError as exc:
-            if exc.errno != errno.ENOTEMPTY or attempt == tries - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
 def test_the_html_page_draws_its_charts_in_chromium_offline(scenario, tmp_path):
     data = build_canary_report_data(META, *scenario[:2], scenario[4], INVENTORIES)
     html_path, _ = write_canary_report(data, tmp_path)
@@ -318,7 +301,7 @@ def test_the_html_page_draws_its_charts_in_chromium_offline(scenario, tmp_path):
         f"[{ids}.map(id => !!document.querySelector('#' + id + '.js-plotly-plot .main-svg')),"
         " document.getElementById('status').innerText, !!document.getElementById('hooks-failed')]"
     )
-    page = _inspect(html_path, probe, tmp_path / "canary.png")
+    page = inspect_page(html_path, probe, tmp_path / "canary.png")
     assert page["errors"] == []
     drawn, banner, hooks_box = page["probe"]
     assert drawn == [True] * len(CHART_IDS) and "rolled back at 5 %" in banner and hooks_box
