@@ -188,3 +188,19 @@ async def running(run: CanaryRun) -> AsyncIterator[CanaryRun]:
             run.stop.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(run.task, 60)
+
+
+async def wait_until(run: CanaryRun, done: Callable[[], object], timeout_s: float) -> None:
+    """Poll ``done`` (reading the state file) until it is true; fail at the deadline or if the canary ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return
+        assert run.task is not None
+        if run.task.done():
+            run.task.result()
+            if done():
+                return
+            raise AssertionError("the canary ended first")
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s:g} s; log: {run.lines[-5:]}")
