@@ -80,6 +80,9 @@ async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_
             rid = f"bytes-{api}-{bool(stream_options)}-{server}"
             through = await post(s, url + path, body, rid)
             direct = await post(s, vllm_servers[server].base_url + path, body, rid)
+            if masked(through) != masked(direct):
+                Path("/tmp/through.txt").write_bytes(through)
+                Path("/tmp/direct.txt").write_bytes(direct)
             assert masked(through) == masked(direct), f"{server}: the proxy changed the stream"
             if stream_options is None:
                 assert b'"usage"' not in through, "the usage the proxy asked for is not forwarded"
