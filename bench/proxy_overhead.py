@@ -77,9 +77,18 @@ BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
 PATHS = ("direct", "specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
+# aiohttp's TCPSite default, which canary/run.py's listener keeps. 256 clients connecting at once overflow it
+# when the loop is busy (TcpExtListenOverflows grows) and the dropped SYNs are retried after 1 s: that is the
+# 1-3 s TTFT p99 of some passes. HAProxy's backlog defaults to its maxconn (4096 here).
+PROXY_BACKLOG = 128
 # A proxy that adds less than this at p99 is at the resolution of the measurement (pass-to-pass spread of
 # the direct path's p99 is larger): a ratio against it is floored here instead of dividing by noise.
 FLOOR_MS = 0.1
+# One chunk as the backend (and vLLM under continuous usage) sends it, for the usage rewrite's in-process cost.
+USAGE_CHUNK = (
+    b'data: {"id":"r","choices":[{"index":0,"text":"x","finish_reason":null}],'
+    b'"usage":{"prompt_tokens":8,"completion_tokens":7}}\n\n'
+)
 HAPROXY_CFG = """\
 global
     nbthread 1
@@ -104,15 +113,17 @@ backend scripted
 class ProxyProcess(ManagedServer):
     """specguard's canary proxy in front of one backend, in a process of its own (this file, ``--serve-proxy``)."""
 
-    def __init__(self, backend: str, log_dir: Path, profile: Path | None) -> None:
+    def __init__(self, backend: str, log_dir: Path, profile: Path | None, backlog: int) -> None:
         super().__init__(
             ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "proxy.log", startup_timeout_s=30
         )
         self.backend = backend
         self.profile = profile
+        self.backlog = backlog
 
     def command(self, port: int) -> list[str]:
         argv = [sys.executable, str(Path(__file__).resolve()), "--serve-proxy", str(port), "--backend", self.backend]
+        argv += ["--proxy-backlog", str(self.backlog)]
         return argv + (["--profile-out", str(self.profile)] if self.profile is not None else [])
 
 
@@ -132,7 +143,7 @@ class HAProxyProcess(ManagedServer):
         return [HAPROXY, "-db", "-f", str(self.config)]
 
 
-def serve_proxy(port: int, backend: str, profile_out: Path | None) -> None:
+def serve_proxy(port: int, backend: str, backlog: int, profile_out: Path | None) -> None:
     """The proxy process: serve until SIGTERM (``run_async`` turns it into cancellation, so cleanup runs)."""
     records = 0
 
@@ -146,7 +157,7 @@ def serve_proxy(port: int, backend: str, profile_out: Path | None) -> None:
         proxy.set_weights(0.0, 0.0, 0)
         runner = proxy.runner()
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await web.TCPSite(runner, "127.0.0.1", port, backlog=backlog).start()
         try:
             await asyncio.Event().wait()
         finally:
@@ -263,13 +274,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="rounds of one pass per path; the median counts")
     ap.add_argument("--quick", action="store_true", help="2 rounds of 512 requests (about 30 s)")
     ap.add_argument("--profile", action="store_true", help="run the proxy under cProfile and print where its time goes")
+    ap.add_argument(
+        "--proxy-backlog",
+        type=int,
+        default=PROXY_BACKLOG,
+        help="the proxy's listen backlog (default: aiohttp's 128, as 'specguard canary run' listens)",
+    )
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the README row")
     ap.add_argument("--serve-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_proxy is not None:
-        serve_proxy(a.serve_proxy, a.backend, a.profile_out)
+        serve_proxy(a.serve_proxy, a.backend, a.proxy_backlog, a.profile_out)
         return
     if not Path(HAPROXY).exists() and shutil.which("haproxy") is None:
         sys.exit(f"{HAPROXY} not found: this benchmark compares against HAProxy (apt-get install haproxy)")
@@ -279,8 +296,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         profile = tmp / "proxy.prof" if a.profile else None
-        with ScriptedProcess(BACKEND, tmp / "backend") as backend:
-            proxy = ProxyProcess(backend.base_url, tmp / "proxy", profile)
+        backend = ScriptedProcess(BACKEND, tmp / "backend")
+        with backend:
+            proxy = ProxyProcess(backend.base_url, tmp / "proxy", profile, a.proxy_backlog)
             haproxy = HAProxyProcess(backend.base_url, tmp / "haproxy")
             with proxy, haproxy:
                 assert proxy.proc is not None and haproxy.proc is not None
@@ -348,9 +366,9 @@ def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog],
         print(f"  {m:<9}{ratios[m]:6.2f}x  {verdict}")
     cpu_sg, cpu_ha = cpu_per_k("specguard"), cpu_per_k("haproxy")
     print(f"proxy CPU per 1,000 chunks: specguard {cpu_sg * 1e3:.1f} ms, HAProxy {cpu_ha * 1e3:.1f} ms ({cpu_sg / cpu_ha:.1f}x)")
-    example = b'data: {"id":"r","choices":[{"index":0,"text":"x","finish_reason":null}],"usage":{"prompt_tokens":8,"completion_tokens":7}}\n\n'
     print(
-        f"usage rewrite (not exercised above: bench asks for usage itself): {strip_cost_us(example):.1f} us per chunk, in-process"
+        "usage rewrite (not exercised above: bench asks for usage itself): "
+        f"{strip_cost_us(USAGE_CHUNK):.1f} us per chunk, in-process"
     )
     print("\nREADME row:")
     print(
