@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import pytest
@@ -18,6 +19,9 @@ from specguard.canary.usage_strip import (
     NO_CHANGE,
     UsagePlan,
     UsageStripper,
+    _no_choices,
+    _structural,
+    _value_end,
     fingerprint_value,
     request_with_usage,
     strip_usage_member,
@@ -171,3 +175,71 @@ def test_an_error_event_and_a_truncated_stream_reach_the_client_as_sent() -> Non
     partial = b"data: {" + served[1]  # the first chunk, with its usage
     out = run(plan, [partial, error, b'data: {"id":"cut'])
     assert out == strip_usage_member(partial[:-2])[0] + b"\n\n" + error + b'data: {"id":"cut'
+
+
+# The regexes and the full scan the fast paths replaced: the fast paths must agree with them on every input.
+_FINISHED_RE = re.compile(rb'[,{]"finish_reason":"')
+_NO_CHOICES_RE = re.compile(rb'[,{]\s*"choices":\s*\[\s*\]')
+FAST_PATH_CASES = [
+    b'data: {"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":3}}',
+    b'data: {"id":"a", \n "choices" :[]}',
+    b'data: {"id":"a",\t"choices":[ \n ]}',
+    b'data: {"id":"\\"choices\\":[]","choices":[{"text":"x"}]}',
+    b'data: {"id":"x","choices":[{"text":"\\",\\"finish_reason\\":\\"stop"}]}',
+    b'data: {"id":"x","choices":[{"text":"y","finish_reason":"stop"}]}',
+    b'data: {"id":"x","choices":[{"text":"y","finish_reason":null}]}',
+    b'{"choices":[]}',
+    b'"choices":[]',
+    b'"finish_reason":"',
+]
+FAST_VALUES = [
+    b'{"prompt_tokens":8,"completion_tokens":17}',
+    b'{"a":"}"}',
+    b'{"a":"x\\"}","b":1}',
+    b'{"a":{"b":1},"c":2}',
+    b'{"a":1]}',
+    b'{"a":"[","b":"]"}',
+    b"{}",
+    b'{"a":1',
+]
+
+
+def _value_end_scan(data: bytes, start: int) -> int:
+    """The full scan, as it was before the flat-object fast path."""
+    depth, in_string, i = 0, False, start
+    while i < len(data):
+        c = data[i]
+        if in_string:
+            if c == 0x5C:
+                i += 2
+                continue
+            if c == 0x22:
+                in_string = False
+                if depth == 0:
+                    return i + 1
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+        elif c in (0x7D, 0x5D):
+            if depth == 0:
+                return i
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c == 0x2C and depth == 0:
+            return i
+        i += 1
+    return len(data)
+
+
+@pytest.mark.parametrize("event", FAST_PATH_CASES)
+def test_literal_searches_find_what_the_class_led_patterns_find(event: bytes) -> None:
+    assert _no_choices(event) == (_NO_CHOICES_RE.search(event) is not None)
+    assert _structural(event, b'"finish_reason":"') == (_FINISHED_RE.search(event) is not None)
+
+
+@pytest.mark.parametrize("value", FAST_VALUES)
+def test_the_flat_object_fast_path_ends_values_where_the_full_scan_does(value: bytes) -> None:
+    data = b',"usage":' + value + b',"x":1}'
+    assert _value_end(data, 9) == _value_end_scan(data, 9)
