@@ -78,11 +78,11 @@ async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_
         for weight, server in ((0.0, "baseline"), (1.0, "ngram")):
             proxy.set_weights(weight, 0.0, 0)
             rid = f"bytes-{api}-{bool(stream_options)}-{server}"
+            # Warm the prefix cache first: a cached prompt is computed along another path, and on this tiny
+            # model a near-tie of the logits can then pick another token (seen once in chat, 1 run of 3).
+            await post(s, vllm_servers[server].base_url + path, body, rid)
             through = await post(s, url + path, body, rid)
             direct = await post(s, vllm_servers[server].base_url + path, body, rid)
-            if masked(through) != masked(direct):
-                Path("/tmp/through.txt").write_bytes(through)
-                Path("/tmp/direct.txt").write_bytes(direct)
             assert masked(through) == masked(direct), f"{server}: the proxy changed the stream"
             if stream_options is None:
                 assert b'"usage"' not in through, "the usage the proxy asked for is not forwarded"

@@ -47,7 +47,9 @@ async def _site(app: web.Application, listen: str, what: str, shutdown_s: float)
     runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None, handler_cancellation=True)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        # backlog: 256 clients connecting at once overflowed aiohttp's default of 128, and the kernel's retry of a
+        # dropped SYN after 1 s showed as 1-3 s TTFT spikes in bench/proxy_overhead.py.
+        await web.TCPSite(runner, host, port, backlog=1024).start()
     except OSError as exc:
         await runner.cleanup()
         raise ServerError(f"the {what} cannot listen on {listen}: {exc.strerror or exc}") from exc
