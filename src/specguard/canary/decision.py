@@ -7,7 +7,9 @@ it in SQLite), so the same inputs after a restart give the same decision. Its mo
   stream-error burst), or after ``windows_to_rollback`` consecutive FAILing windows.
 * ``advance``: to the next step once this step has run its minimum time and requests and its last
   ``windows_to_promote`` windows PASSed; ``promote`` instead of advancing when the step is the last
-  (100 %).
+  (100 %). At 100 % every request is the candidate's and no baseline is left to compare with, so that
+  step's windows cannot PASS: it is a bake time, promoted after its minimum time and requests unless a
+  critical condition (or a failing gauge) rolls it back first.
 * ``hold``: anything else.
 
 "Consecutive" counts the windows that carry a verdict: an INCONCLUSIVE window (too little traffic) adds
@@ -157,6 +159,12 @@ def _metric_reasons(run: Sequence[WindowRecord]) -> list[CanaryReason]:
     return reasons
 
 
+def _full_step(rule: RolloutRule, progress: StepProgress) -> bool:
+    """The last step at 100 %: all traffic is the candidate's, no baseline is left to compare with, so its
+    windows cannot pass; the step is a bake time (its minimum time and requests, no critical condition)."""
+    return progress.step == len(rule.steps) - 1 and rule.steps[progress.step].percent == 100
+
+
 def decide(
     rule: RolloutRule,
     progress: StepProgress,
@@ -186,6 +194,13 @@ def decide(
         text=f"{rule.windows_to_promote} consecutive passing windows at {step.percent:g} % after "
         f"{progress.seconds_in_step:g} s and {progress.requests_in_step} requests",
     )
+    if _full_step(rule, progress):
+        passed = CanaryReason(
+            code="windows_passed",
+            numbers={"seconds": progress.seconds_in_step, "requests": float(progress.requests_in_step)},
+            text=f"baked at 100 % for {progress.seconds_in_step:.0f} s and {progress.requests_in_step} requests with no "
+            "critical condition (no baseline traffic is left to compare with)",
+        )
     if progress.step == len(rule.steps) - 1:
         done = CanaryReason(code="promoted", numbers={"percent": 100.0}, text="passed at 100 %: promoted")
         return Decision(kind="promote", step=progress.step, percent=100.0, reasons=[passed, done])
@@ -211,7 +226,7 @@ def _hold_reasons(
             )
         )
         reasons.extend(_metric_reasons(failing))
-    if windows and windows[-1].verdict == "INCONCLUSIVE":
+    if windows and windows[-1].verdict == "INCONCLUSIVE" and not _full_step(rule, progress):
         reasons.append(CanaryReason(code="window_inconclusive", text="the latest window had too little traffic to judge"))
     if progress.seconds_in_step < step.min_seconds:
         reasons.append(
@@ -230,7 +245,7 @@ def _hold_reasons(
             )
         )
     passing = [w for w in trailing_run(windows, "PASS") if w.step == progress.step]
-    if not failing and len(passing) < rule.windows_to_promote:
+    if not failing and len(passing) < rule.windows_to_promote and not _full_step(rule, progress):
         reasons.append(
             CanaryReason(
                 code="windows_pass_short",

@@ -89,16 +89,27 @@ def test_advance_needs_time_requests_and_m_passes():
     assert d.reasons[0].numbers == {"passed": 2.0, "needed": 3.0}
 
 
+THREE = RolloutRule(steps=[StepRule(percent=5), StepRule(percent=50), StepRule(percent=100, min_seconds=120, min_requests=100)])
+
+
 def test_passes_at_an_earlier_step_do_not_count_at_this_one():
     history = windows("PASS", "PASS", "PASS", step=0) + windows("PASS", step=1)
-    d = decide(RULE, StepProgress(step=1, seconds_in_step=600, requests_in_step=1000), history)
+    d = decide(THREE, StepProgress(step=1, seconds_in_step=600, requests_in_step=1000), history)
     assert d.kind == "hold" and d.reasons[0].numbers["passed"] == 1.0
 
 
-def test_the_last_step_promotes():
-    history = windows("PASS", "PASS", "PASS", step=0) + windows("PASS", "PASS", "PASS", step=1)
+def test_the_last_step_at_100_percent_is_a_bake_time():
+    """At 100 % no baseline traffic is left, so its windows cannot pass: time, requests and no critical condition."""
+    history = windows("PASS", "PASS", "PASS", step=0) + windows("INCONCLUSIVE", "INCONCLUSIVE", step=1)
+    early = decide(RULE, StepProgress(step=1, seconds_in_step=60, requests_in_step=1000), history)
+    assert early.kind == "hold" and codes(early) == ["step_time_short"]
     d = decide(RULE, StepProgress(step=1, seconds_in_step=600, requests_in_step=1000), history)
     assert d.kind == "promote" and d.percent == 100 and codes(d) == ["windows_passed", "promoted"]
+    assert "no baseline traffic" in d.reasons[0].text
+    crash = decide(RULE, StepProgress(step=1, seconds_in_step=600, requests_in_step=1000), history, [CriticalEvent(kind="crash")])
+    assert crash.kind == "rollback"
+    failing = decide(RULE, StepProgress(step=1, seconds_in_step=600, requests_in_step=1000), history + windows("FAIL", step=1))
+    assert failing.kind == "hold" and "window_failed_once" in codes(failing)
 
 
 def test_steps_must_rise_to_100_percent():
