@@ -179,3 +179,66 @@ async def test_the_canarys_itl_and_ttft_agree_with_bench_direct(vllm_servers, tm
         record_property(f"{name}_ms_direct_vs_canary", f"{d:.2f} vs {c:.2f}")
         assert abs(c - d) <= max(0.20 * d, 3.0), f"{name}: canary {c:.2f} ms vs bench direct {d:.2f} ms"
     assert direct.errors == 0
+
+
+def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, models, tmp_path: Path) -> None:
+    """The README's ``specguard canary run examples/rollout-embedded.yaml``, as written, in a scratch directory:
+    both pools launched from their ``launch`` specs on the embedded runtime, traffic through the proxy on
+    127.0.0.1:8080, windows analysed, and SIGTERM ending it with 130 and the state saved."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from specguard.canary.store import CanaryStore
+    from tests.helpers import sigint_default
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    assert "specguard canary run examples/rollout-embedded.yaml" in readme
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "rollout-embedded.yaml").write_text((root / "examples" / "rollout-embedded.yaml").read_text())
+    env = {**os.environ, "SPECGUARD_CANARY_TOKEN": "readme-test-token"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specguard", "canary", "run", "examples/rollout-embedded.yaml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+    )
+    state = tmp_path / "runs" / "canary-embedded" / "state.sqlite"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:8080/v1/models", timeout=5) as r:
+                    assert SERVED_NAME in r.read().decode()
+                    break
+            except OSError:
+                time.sleep(1)
+        body = {"model": SERVED_NAME, "prompt": "one two three one two three one", "max_tokens": 8, "stream": True}
+        for i in range(20):
+            req = urllib.request.Request(
+                "http://127.0.0.1:8080/v1/completions",
+                data=__import__("json").dumps(body | {"user": f"u{i}"}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert r.read().rstrip().endswith(b"data: [DONE]")
+        time.sleep(11)  # one 10 s window
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-3000:]
+    with CanaryStore.open_existing(state) as store:
+        kinds = [e.kind for e in store.events()]
+        counts = store.request_counts()
+        inventories = store.inventories()
+    assert "window" in kinds and kinds[-1] == "stopped"
+    assert counts["baseline"] + counts["candidate"] == 20
+    assert {"baseline", "candidate"} <= inventories.keys()

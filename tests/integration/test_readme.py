@@ -71,6 +71,15 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
             "inventory",
             "diff",
             "assess",
+            "canary",
+            "run",
+            "status",
+            "events",
+            "pause",
+            "resume",
+            "promote",
+            "rollback",
+            "units",
         )
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
@@ -103,6 +112,12 @@ def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
         ("embedded", "install"),
         ("embedded", "models"),
         ("embedded", "serve"),
+        ("canary",),
+        ("canary", "run"),
+        ("canary", "status"),
+        ("canary", "pause"),
+        ("canary", "units"),
+        ("canary", "report"),
     ]
     for sub in commands:
         text = " ".join(help_text(*sub).split())
