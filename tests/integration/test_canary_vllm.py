@@ -185,6 +185,7 @@ def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, m
     """The README's ``specguard canary run examples/rollout-embedded.yaml``, as written, in a scratch directory:
     both pools launched from their ``launch`` specs on the embedded runtime, traffic through the proxy on
     127.0.0.1:8080, windows analysed, and SIGTERM ending it with 130 and the state saved."""
+    import json
     import os
     import signal
     import subprocess
@@ -225,7 +226,7 @@ def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, m
         for i in range(20):
             req = urllib.request.Request(
                 "http://127.0.0.1:8080/v1/completions",
-                data=__import__("json").dumps(body | {"user": f"u{i}"}).encode(),
+                data=json.dumps(body | {"user": f"u{i}"}).encode(),
                 headers={"Content-Type": "application/json"},
             )
             with urllib.request.urlopen(req, timeout=60) as r:
