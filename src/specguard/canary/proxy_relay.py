@@ -138,7 +138,7 @@ def install(
     """
     writer: Any = getattr(response, "_payload_writer", None)
     buffer = getattr(reader, "_buffer", None)
-    transport = getattr(writer, "transport", None)
+    transport: Any = getattr(writer, "transport", None)
     needed = ("_size", "_http_chunk_splits", "_protocol", "read_nowait", "wait_eof", "on_eof", "exception", "is_eof")
     if (
         writer is None
@@ -156,5 +156,5 @@ def install(
     writer.send_headers()  # a no-op when prepare sent them (StreamResponse does)
     pending = reader.read_nowait(-1) if buffer else b""  # already stamped on arrival
     relay = FastRelay(reader, transport, stripper, res, sent_at)
-    reader._buffer = relay  # type: ignore[attr-defined]
+    reader._buffer = relay
     return relay, writer, pending
