@@ -111,7 +111,11 @@ class FastRelay(collections.deque[bytes]):
             if reader.is_eof():
                 return
             if self._paused:
-                await writer.drain()  # aiohttp waits for the client transport's resume_writing
+                try:
+                    await writer.drain()  # aiohttp waits for the client transport's resume_writing
+                except (aiohttp.ClientError, OSError) as exc:
+                    self.error = exc  # the client's side broke, not the upstream
+                    raise
                 self._paused = False
                 reader._protocol.resume_reading()
                 continue

@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import aiohttp
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram
 
 from specguard.analysis.request_metrics import per_token_itl
@@ -16,6 +17,7 @@ from specguard.canary.proxy_metrics import ITL_BUCKETS_MS, observe_per_token
 from specguard.canary.proxy_relay import PAUSE_BYTES, FastRelay
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split
+from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import NO_CHANGE, UsageStripper
 from specguard.loadgen.client import StreamResult
 from tests.unit.canary.proxy_fakes import completion, fake, proxied
@@ -117,3 +119,41 @@ def test_per_token_itl_aggregated_equals_one_observe_per_token() -> None:
     assert a.keys() == b.keys() and a[("_count", "")] == sum(tokens[1:])
     for key, value in a.items():
         assert abs(b[key] - value) <= 1e-9 * max(1.0, abs(value)), key
+
+
+async def test_a_slow_client_gets_a_large_stream_whole_through_the_relays_backpressure() -> None:
+    """32 MiB through a client that stops reading for a while: far more than the sockets buffer, so the relay
+    pauses the upstream and must resume it; every byte arrives, in order."""
+    piece = bytes(range(256)) * 256  # 64 KiB
+    n = 512
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for i in range(n):
+            await response.write(i.to_bytes(4, "big") + piece)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    records: list[ProxiedRequest] = []
+    proxy = CanaryProxy({"baseline": [Upstream(base, base + "/metrics")]}, Split(), on_record=records.append, seed=7)
+    try:
+        async with proxied(proxy) as url, aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/v1/completions", data=b"{}") as resp:
+                first = await resp.content.readany()
+                await asyncio.sleep(0.5)  # not reading: the buffers fill and the relay must hold the upstream back
+                body = first + await resp.read()
+    finally:
+        await runner.cleanup()
+    assert proxy.relayed_fast == 1
+    assert body == b"".join(i.to_bytes(4, "big") + piece for i in range(n))
+    (rec,) = records
+    assert rec.http_status == 200 and not rec.client_disconnected and rec.stream_end_s is not None
+    assert rec.error == "response body is not JSON", "the whole body was relayed and measured (it is not JSON)"
