@@ -57,7 +57,7 @@ from aiohttp import web
 
 from specguard import __version__
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl
-from specguard.canary.proxy import CanaryProxy
+from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split
 from specguard.canary.upstream import Upstream
@@ -158,6 +158,7 @@ def serve_proxy(port: int, backend: str, backlog: int, profile_out: Path | None)
         runner = proxy.runner()
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port, backlog=backlog).start()
+        tune_gc()  # as 'specguard canary run' does once it listens
         try:
             await asyncio.Event().wait()
         finally:

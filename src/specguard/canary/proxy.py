@@ -20,6 +20,8 @@ proxy notices at its next write to the client.
 from __future__ import annotations
 
 import asyncio
+import collections
+import gc
 import itertools
 import logging
 import random
@@ -37,6 +39,7 @@ from specguard.canary import rollout
 from specguard.canary.capture import CaptureSettings, CaptureWriter
 from specguard.canary.proxy_http import error_body, forward_headers, measure_response
 from specguard.canary.proxy_metrics import ProxyMetrics
+from specguard.canary.proxy_relay import install
 from specguard.canary.proxy_routing import Api, SegmentRules, sticky_key
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.split import LeastOutstanding, PoolName, RoundRobin, choose_pool, key_hash
@@ -44,13 +47,29 @@ from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import NO_CHANGE, UsagePlan, UsageStripper, request_with_usage
 from specguard.loadgen.client import StreamResult, stamp_arrivals
 
-__all__ = ["MAX_REQUEST_BYTES", "CanaryProxy", "Upstream"]
+__all__ = ["GC_THRESHOLDS", "MAX_REQUEST_BYTES", "CanaryProxy", "Upstream", "tune_gc"]
 
 log = logging.getLogger(__name__)
 
 # aiohttp's default request limit is 1 MiB; a long-context chat request is larger. vLLM itself sets none.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CLIENT_GONE = "client disconnected before the response finished"
+# Young collections every 50,000 allocations net instead of 700: each request allocates thousands of short-lived
+# objects (records, parsed chunks), so the default runs a collection every few chunks across 256 streams.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """For the proxy's process, once start-up is done: freeze what exists and collect less often.
+
+    ``gc.freeze`` moves every object alive now (modules, the app, the config) out of the collector's reach,
+    so a full collection no longer walks them: the canary saw GC pauses of up to 74 ms at 256 streams
+    (bench/proxy_overhead.py), each one a stall of every stream. Reference counting still frees nearly
+    everything; the collector only finds cycles, later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class _BeforeFirstByte(Exception):
@@ -84,6 +103,7 @@ class CanaryProxy:
         capture: CaptureSettings | None = None,
         seed: int | None = None,
         first_byte_timeout_s: float = 60.0,
+        fast_relay: bool = True,
     ) -> None:
         if not pools.get("baseline"):
             raise ValueError("the proxy needs at least one baseline server")
@@ -91,6 +111,8 @@ class CanaryProxy:
         self.split = split
         self.on_record = on_record
         self.first_byte_timeout_s = first_byte_timeout_s
+        self.fast_relay = fast_relay  # proxy_relay: forward reads from data_received (False: the plain loop)
+        self.relayed_fast = 0  # responses the fast relay forwarded (the rest went through the plain loop)
         self.metrics = ProxyMetrics(registry)
         self.registry = self.metrics.registry
         self._segments = SegmentRules(split.segment)
@@ -107,6 +129,8 @@ class CanaryProxy:
         self._handling = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._pending: collections.deque[_Job] = collections.deque()  # attempts done, not yet measured
+        self._measurer: asyncio.Task[None] | None = None
 
     # -- the controller's side ------------------------------------------------------------------------
 
@@ -147,9 +171,11 @@ class CanaryProxy:
             await asyncio.wait_for(self._idle.wait(), timeout=deadline_s)
         except TimeoutError:
             pass
+        self.flush()
         return self._handling
 
     async def close(self) -> None:
+        self.flush()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -246,7 +272,7 @@ class CanaryProxy:
                 response = await self._exchange(request, current, send, retry=True)
             except _BeforeFirstByte:
                 self._finish(current)
-                self._emit(head, current, number, retried=True)
+                self._defer((head, current, number, True, None))
                 avoid = current.index if current.pool == "baseline" else None
                 current, number = self._start("baseline", avoid), 2
                 response = await self._exchange(request, current, send, retry=False)
@@ -255,12 +281,10 @@ class CanaryProxy:
             current.client_disconnected = True
             current.res.error = current.res.error or CLIENT_GONE
             self._finish(current)
-            self._emit(head, current, number, retried=False)
+            self._defer((head, current, number, False, None))
             raise
         self._finish(current)
-        record = self._emit(head, current, number, retried=False)
-        if self._capture is not None:
-            self._capture.write(api, body, record)
+        self._defer((head, current, number, False, (api, body)))
         return response
 
     def _start(self, pool: PoolName, avoid: int | None) -> _Attempt:
@@ -330,6 +354,19 @@ class CanaryProxy:
         data = first
         try:
             await response.prepare(request)
+            fast = install(upstream.content, response, stripper, res, sent_at) if self.fast_relay else None
+            if fast is not None:
+                relay, writer, pending = fast
+                self.relayed_fast += 1
+                relay.send(stripper.feed(first))
+                relay.send(stripper.feed(pending))
+                try:
+                    await relay.run(writer)
+                except (aiohttp.ClientError, OSError) as exc:
+                    if relay.error is exc:
+                        raise ConnectionResetError(str(exc)) from exc  # the client's side broke
+                    res.error = f"stream broke: {type(exc).__name__}: {exc}"
+                data = b""
             while data:
                 out = stripper.feed(data)
                 if out:
@@ -353,6 +390,37 @@ class CanaryProxy:
             attempt.client_disconnected = True
             res.error = CLIENT_GONE
         return response
+
+    def _defer(self, job: _Job) -> None:
+        """Measure and record an attempt soon, one per event-loop turn, off the handler's path.
+
+        When one engine step ends a whole batch, hundreds of handlers finish in the same loop turn; measured
+        there (about 0.4 ms each: the SSE parse, the record, the metrics), they stalled every other stream's
+        relay and every new request's first byte for 100 ms and more at 256 streams (bench/proxy_overhead.py).
+        One task measures the queue instead, yielding to the loop between attempts.
+        """
+        self._pending.append(job)
+        if self._measurer is None or self._measurer.done():
+            self._measurer = asyncio.get_running_loop().create_task(self._measure_pending())
+
+    async def _measure_pending(self) -> None:
+        while self._pending:
+            self._record(self._pending.popleft())
+            await asyncio.sleep(0)
+
+    def flush(self) -> None:
+        """Measure and record every attempt still queued (``drain`` and ``close`` call it)."""
+        while self._pending:
+            self._record(self._pending.popleft())
+
+    def _record(self, job: _Job) -> None:
+        head, attempt, number, retried, captured = job
+        try:
+            record = self._emit(head, attempt, number, retried)
+            if captured is not None and self._capture is not None:
+                self._capture.write(captured[0], captured[1], record)
+        except Exception:
+            log.exception("measuring request %s failed", head["request_id"])
 
     def _emit(self, head: dict[str, Any], attempt: _Attempt, number: int, retried: bool) -> ProxiedRequest:
         res = attempt.res
@@ -397,6 +465,10 @@ class CanaryProxy:
         finally:
             self._finish(attempt)
             self._end()
+
+
+# (head, attempt, attempt number, retried, (api, client body) to capture or None)
+_Job = tuple[dict[str, Any], _Attempt, int, bool, tuple[Api, Any] | None]
 
 
 @dataclass(frozen=True)
