@@ -26,7 +26,7 @@ from specguard.canary.admin import admin_app, read_token
 from specguard.canary.controller import CanaryController
 from specguard.canary.pool_watch import PoolWatcher
 from specguard.canary.pools import start_pools
-from specguard.canary.proxy import CanaryProxy
+from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import CanaryStatus, ProxiedRequest
 from specguard.canary.rollout import Rollout, split_listen
 from specguard.canary.store import CanaryStore, StoreMeta
@@ -99,6 +99,7 @@ async def run_canary(
         except ServerError:
             await proxy_runner.cleanup()
             raise
+        tune_gc()  # start-up is done: GC pauses of up to 74 ms stalled every stream (bench/proxy_overhead.py)
         log(f"canary {rollout.name}: proxy on {rollout.listen}, admin API on {rollout.admin.listen}, state {state_path}")
         try:
             status = await controller.run(stop, exit_when_finished=exit_when_finished)
