@@ -80,7 +80,7 @@ TARGET_RATIO = 2.0
 # aiohttp's TCPSite default, which canary/run.py's listener keeps. 256 clients connecting at once overflow it
 # when the loop is busy (TcpExtListenOverflows grows) and the dropped SYNs are retried after 1 s: that is the
 # 1-3 s TTFT p99 of some passes. HAProxy's backlog defaults to its maxconn (4096 here).
-PROXY_BACKLOG = 128
+PROXY_BACKLOG = 1024  # as specguard canary run listens (canary/run.py)
 # A proxy that adds less than this at p99 is at the resolution of the measurement (pass-to-pass spread of
 # the direct path's p99 is larger): a ratio against it is floored here instead of dividing by noise.
 FLOOR_MS = 0.1
@@ -279,7 +279,7 @@ def main() -> None:
         "--proxy-backlog",
         type=int,
         default=PROXY_BACKLOG,
-        help="the proxy's listen backlog (default: aiohttp's 128, as 'specguard canary run' listens)",
+        help="the proxy's listen backlog (default: 1024, as 'specguard canary run' listens)",
     )
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the README row")
     ap.add_argument("--serve-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
