@@ -77,10 +77,10 @@ BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
 PATHS = ("direct", "specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
-# aiohttp's TCPSite default, which canary/run.py's listener keeps. 256 clients connecting at once overflow it
-# when the loop is busy (TcpExtListenOverflows grows) and the dropped SYNs are retried after 1 s: that is the
-# 1-3 s TTFT p99 of some passes. HAProxy's backlog defaults to its maxconn (4096 here).
-PROXY_BACKLOG = 1024  # as specguard canary run listens (canary/run.py)
+# As canary/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
+# loop is busy (TcpExtListenOverflows grew) and the dropped SYNs were retried after 1 s: 1-3 s TTFT p99 in some
+# passes. HAProxy's backlog defaults to its maxconn (4096 here).
+PROXY_BACKLOG = 1024
 # A proxy that adds less than this at p99 is at the resolution of the measurement (pass-to-pass spread of
 # the direct path's p99 is larger): a ratio against it is floored here instead of dividing by noise.
 FLOOR_MS = 0.1
