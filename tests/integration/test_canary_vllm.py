@@ -86,6 +86,7 @@ async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_
             assert masked(through) == masked(direct), f"{server}: the proxy changed the stream"
             if stream_options is None:
                 assert b'"usage"' not in through, "the usage the proxy asked for is not forwarded"
+            proxy.flush()
             record = records[-1]
             assert record.server == vllm_servers[server].base_url and record.ok
             assert record.token_source == "server_usage" and record.output_tokens == 24
@@ -105,6 +106,7 @@ async def test_the_split_follows_the_weight_and_sticky_keys_never_move_back(vllm
                 await post(s, f"{url}/v1/completions", body | ({"user": user} if user else {}), rid)
 
         await asyncio.gather(*(one(f"split-{i}", None) for i in range(400)))
+        proxy.flush()  # records are measured off the handlers' path, a loop turn or so after each response
         n = 400
         cand = sum(r.pool == "candidate" for r in records if r.request_id.startswith("split-"))
         sigma = math.sqrt(n * 0.3 * 0.7)
@@ -115,6 +117,7 @@ async def test_the_split_follows_the_weight_and_sticky_keys_never_move_back(vllm
             proxy.set_weights(weight, 0.0, step)
             tag = f"w{step}-"
             await asyncio.gather(*(one(f"{tag}{k}", f"user-{k}") for k in range(100)))
+            proxy.flush()
             for r in records:
                 if r.request_id.startswith(tag):
                     pool_of.setdefault(r.request_id.removeprefix(tag), []).append(r.pool)

@@ -103,7 +103,7 @@ class CanaryProxy:
         capture: CaptureSettings | None = None,
         seed: int | None = None,
         first_byte_timeout_s: float = 60.0,
-        fast_relay: bool = True,
+        fast_relay: bool = False,
     ) -> None:
         if not pools.get("baseline"):
             raise ValueError("the proxy needs at least one baseline server")
@@ -111,7 +111,10 @@ class CanaryProxy:
         self.split = split
         self.on_record = on_record
         self.first_byte_timeout_s = first_byte_timeout_s
-        self.fast_relay = fast_relay  # proxy_relay: forward reads from data_received (False: the plain loop)
+        # proxy_relay forwards reads from data_received (3x less added latency in bench/proxy_overhead.py); off by
+        # default: in one CI run streams through it reached the client in bursts (per-token ITL ~0) against a real
+        # vLLM, not reproduced since. The plain loop awaits each read and each write.
+        self.fast_relay = fast_relay
         self.relayed_fast = 0  # responses the fast relay forwarded (the rest went through the plain loop)
         self.metrics = ProxyMetrics(registry)
         self.registry = self.metrics.registry

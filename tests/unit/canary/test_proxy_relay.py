@@ -143,7 +143,9 @@ async def test_a_slow_client_gets_a_large_stream_whole_through_the_relays_backpr
     await site.start()
     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
     records: list[ProxiedRequest] = []
-    proxy = CanaryProxy({"baseline": [Upstream(base, base + "/metrics")]}, Split(), on_record=records.append, seed=7)
+    proxy = CanaryProxy(
+        {"baseline": [Upstream(base, base + "/metrics")]}, Split(), on_record=records.append, seed=7, fast_relay=True
+    )
     try:
         async with proxied(proxy) as url, aiohttp.ClientSession() as session:
             async with session.post(f"{url}/v1/completions", data=b"{}") as resp:
