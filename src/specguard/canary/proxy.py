@@ -439,15 +439,7 @@ class CanaryProxy:
             error=m.error,
             http_status=res.http_status,
             client_disconnected=attempt.client_disconnected,
-            ttft_s=m.ttft_s,
-            e2e_s=m.e2e_s,
-            stream_end_s=m.stream_end_s,
-            chunk_times_s=m.chunk_times_s,
-            chunk_tokens=m.chunk_tokens,
-            token_source=m.token_source,
-            prompt_tokens=m.prompt_tokens,
-            output_tokens=m.output_tokens,
-            finish_reason=m.finish_reason,
+            **m.record_fields(),
         )
         self.metrics.observe(record)
         try:

@@ -106,6 +106,20 @@ class StreamMeasures:
     output_tokens: int | None
     finish_reason: str | None
 
+    def record_fields(self) -> dict[str, Any]:
+        """The latency and token fields as a bench record and a canary record both name them."""
+        return {
+            "ttft_s": self.ttft_s,
+            "e2e_s": self.e2e_s,
+            "stream_end_s": self.stream_end_s,
+            "chunk_times_s": self.chunk_times_s,
+            "chunk_tokens": self.chunk_tokens,
+            "token_source": self.token_source,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "finish_reason": self.finish_reason,
+        }
+
 
 def measure_stream(res: StreamResult, parsed: ParsedStream, tokenizer: TokenCounter | None) -> StreamMeasures:
     """The one definition of a streamed request's measures, shared by bench's records and the canary's.
@@ -147,15 +161,7 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         scheduled_s=f.scheduled_s,
         sent_s=f.sent_s,
         send_lag_s=max(0.0, f.sent_s - f.scheduled_s),
-        ttft_s=m.ttft_s,
-        e2e_s=m.e2e_s,
-        stream_end_s=m.stream_end_s,
-        chunk_times_s=m.chunk_times_s,
-        chunk_tokens=m.chunk_tokens,
-        token_source=m.token_source,
-        prompt_tokens=m.prompt_tokens,
-        output_tokens=m.output_tokens,
-        finish_reason=m.finish_reason,
+        **m.record_fields(),
         temperature=f.temperature,
         max_tokens=f.max_tokens,
     )
