@@ -9,6 +9,7 @@ what was really sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,8 +18,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from specguard.analysis.client_stalls import open_during_stall
+from specguard.analysis.request_metrics import per_token_itl
 from specguard.loadgen.prompts import synthetic_prompts
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.loadgen.recorder import RecordWritten
+from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, Summary
 from specguard.results.store import load_run
 
@@ -251,3 +255,36 @@ def test_error_event_mid_stream_on_every_request_exit_4(scripted, tmp_path):
         assert rec.chunk_tokens == [1, 1] and rec.finish_reason is None
     s = summary(out)
     assert s.errors == 2 and s.error_kinds == {message: 2} and f"every request failed: 2 x {message}" in s.warnings
+
+
+def test_a_client_stall_is_counted_and_the_requests_it_touched_are_named(scripted, tmp_path):
+    """The client, not the server, stops reading for 150 ms in the middle of a 20-chunk stream: the chunks
+    queued meanwhile are read at once (per-token ITL near 0 between them), and the summary says so instead of
+    passing that off as the server's speed. Requests before and after the stall are not counted."""
+    server = scripted(ttft_ms=5, interval_ms=5, chunks=20)
+    cfg = BenchConfig(
+        base_url=server.base_url,
+        model="scripted",
+        prompts=synthetic_prompts("random", count=4),
+        load=LoadShape(kind="concurrency", concurrency=1, num_requests=8),
+        metrics_url=None,
+        out_dir=tmp_path / "run",
+    )
+
+    class StallAfterThird(ProgressSink):
+        def finished(self, progress: RecordWritten) -> None:
+            if progress.seq == 2:  # 30 ms into the fourth request (each takes about 100 ms)
+                asyncio.get_running_loop().call_later(0.03, time.sleep, 0.15)
+
+    s = run_async(run_bench(cfg, progress=StallAfterThird()))
+    stalls = s.client_stalls
+    assert stalls is not None and stalls.count >= 1 and stalls.longest_ms is not None and stalls.longest_ms >= 140
+    assert 1 <= stalls.requests_affected <= 2, "one request streams at a time; the stall may straddle two"
+    assert any("while the client stalled" in w for w in s.warnings)
+    recs = records(tmp_path / "run")
+    touched = [r for r in recs if open_during_stall(r, stalls.intervals_s)]
+    assert len(touched) == stalls.requests_affected and all(r.ok for r in recs)
+    # What a stall does to a measurement: queued chunks share one read, microseconds apart.
+    burst = min(min(per_token_itl(r.chunk_times_s, r.chunk_tokens)) for r in touched)
+    assert burst < 0.001
+    assert Summary.model_validate_json((tmp_path / "run" / "summary.json").read_text()).client_stalls == stalls

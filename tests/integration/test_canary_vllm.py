@@ -11,7 +11,7 @@ import contextlib
 import math
 import re
 import statistics
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from specguard.analysis.client_stalls import open_during_stall
+from specguard.analysis.request_metrics import per_token_itl
 from specguard.canary.proxy import CanaryProxy
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split
@@ -26,7 +28,7 @@ from specguard.canary.upstream import Upstream
 from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_bench
-from specguard.results.models import LoadShape, SamplingOverrides
+from specguard.results.models import LoadShape, RequestRecord, SamplingOverrides, Summary
 from specguard.results.store import load_run
 from specguard.vllm.process import free_port
 
@@ -128,12 +130,12 @@ async def test_the_split_follows_the_weight_and_sticky_keys_never_move_back(vllm
     assert sum(pools[0] == "candidate" for pools in pool_of.values()) < 20, "at weight 0.05 few keys are"
 
 
-def _bench(url: str, out: Path, metrics_url: str | None) -> BenchConfig:
+def _bench(url: str, out: Path, metrics_url: str | None, requests: int = 12, seed: int = 3) -> BenchConfig:
     cfg = BenchConfig(
         base_url=url,
         model=SERVED_NAME,
         prompts=synthetic_prompts("open-ended", count=12),
-        load=LoadShape(kind="concurrency", concurrency=1, num_requests=12, warmup_requests=1, seed=3),
+        load=LoadShape(kind="concurrency", concurrency=1, num_requests=requests, warmup_requests=1, seed=seed),
         sampling=SamplingOverrides(temperature=0.0, max_tokens=32),
         metrics_url=metrics_url,
         out_dir=out,
@@ -143,47 +145,71 @@ def _bench(url: str, out: Path, metrics_url: str | None) -> BenchConfig:
 
 
 async def test_the_canarys_itl_and_ttft_agree_with_bench_direct(vllm_servers, tmp_path: Path, record_property) -> None:
-    """The same 12 requests, one at a time, measured three ways: bench direct to the baseline server, bench
+    """The same requests, one at a time, measured three ways: bench direct to the baseline server, bench
     through the proxy, and the proxy's own records of the latter.
 
     The proxy's records and the bench behind it see the same streams one hop apart: the client never sees a
     token before the proxy does, and the median TTFT difference and the per-token ITL medians agree within
     3 ms (the hop on loopback is well under 1 ms when idle; single requests took up to 6 ms longer while the
-    2 cores were busy with other work, hence medians). Against bench direct, a separate run of the same requests, the medians
-    agree within 20 % or 3 ms, whichever is larger: run-to-run noise of the CPU server, which is what
-    "within the noise" means here (two direct runs differ by up to ~10 % on this machine).
+    2 cores were busy with other work, hence medians). Against bench direct the medians agree within 20 % or
+    3 ms, whichever is larger: the noise of the CPU server.
+
+    The machine's noise is matched rather than hoped away. Direct and proxied runs of 4 requests alternate, so
+    both meet the same phases of the host: on the 2-core CI machine a request's per-token ITL went from 5 to
+    26 ms and back within a second. And only requests that no client stall touched are compared: the test's
+    process (bench, and the proxy too) went unscheduled for up to 250 ms at a time while vLLM generated, and a
+    request streaming then reads as ITL 0.00 ms (``analysis/client_stalls.py``). Rounds go on, at most 8,
+    until each side has 12 untouched requests.
     """
     server = vllm_servers["baseline"]
-    direct = await run_bench(_bench(server.base_url, tmp_path / "direct", server.metrics_url))
+    direct: list[RequestRecord] = []
+    proxied: list[RequestRecord] = []
     async with proxy_for(vllm_servers, sticky={"source": "none"}) as (proxy, url, records):
         proxy.set_weights(0.0, 0.0, 0)
-        await run_bench(_bench(url, tmp_path / "proxied", None))
-    _, proxied, _ = load_run(tmp_path / "proxied")
+        for n in range(MAX_ROUNDS):
+            summary, clean = await _untouched(_bench(server.base_url, tmp_path / f"direct-{n}", None, 4, n))
+            assert summary.errors == 0
+            direct += clean
+            summary, clean = await _untouched(_bench(url, tmp_path / f"proxied-{n}", None, 4, n))
+            assert summary.errors == 0
+            proxied += clean
+            if min(len(direct), len(proxied)) >= MIN_UNTOUCHED:
+                break
+    runs = f"{len(direct)} direct and {len(proxied)} proxied requests untouched by client stalls in {n + 1} rounds"
+    assert min(len(direct), len(proxied)) >= MIN_UNTOUCHED, runs
     by_id = {r.request_id: r for r in records}
     pairs = [(r, by_id[r.request_id]) for r in proxied if r.request_id in by_id]
-    assert len(pairs) == len(proxied) == 12, "bench's request ids reach the proxy's records"
+    assert len(pairs) == len(proxied), "bench's request ids reach the proxy's records"
     for client, canary in pairs:
         assert canary.pool == "baseline" and canary.output_tokens == client.output_tokens
         assert client.ttft_s >= canary.ttft_s - 0.0005, "the client cannot see a token before the proxy does"
     # The hop (the proxy reading the request, choosing, connecting upstream) is in the client's TTFT only.
     assert statistics.median(c.ttft_s - p.ttft_s for c, p in pairs) < 0.003
 
-    def itl_ms(recs: list[Any]) -> float:
-        from specguard.analysis.request_metrics import per_token_itl
-
+    def itl_ms(recs: Sequence[Any]) -> float:
         return statistics.median(v * 1000 for r in recs for v in per_token_itl(r.chunk_times_s, r.chunk_tokens))
 
-    def ttft_ms(recs: list[Any]) -> float:
+    def ttft_ms(recs: Sequence[Any]) -> float:
         return statistics.median(r.ttft_s * 1000 for r in recs)
 
-    _, direct_records, _ = load_run(tmp_path / "direct")
     canary_records = [c for _, c in pairs]
     assert abs(itl_ms([c for c, _ in pairs]) - itl_ms(canary_records)) < 3.0
     for name, f in (("itl", itl_ms), ("ttft", ttft_ms)):
-        d, c = f(direct_records), f(canary_records)
-        record_property(f"{name}_ms_direct_vs_canary", f"{d:.2f} vs {c:.2f}")
-        assert abs(c - d) <= max(0.20 * d, 3.0), f"{name}: canary {c:.2f} ms vs bench direct {d:.2f} ms"
-    assert direct.errors == 0
+        d, c = f(direct), f(canary_records)
+        record_property(f"{name}_ms_direct_vs_canary", f"{d:.2f} vs {c:.2f} ({runs})")
+        assert abs(c - d) <= max(0.20 * d, 3.0), f"{name}: canary {c:.2f} ms vs bench direct {d:.2f} ms ({runs})"
+
+
+MIN_UNTOUCHED = 12
+MAX_ROUNDS = 8
+
+
+async def _untouched(cfg: BenchConfig) -> tuple[Summary, list[RequestRecord]]:
+    """One bench run, and its requests that no stall of the client touched."""
+    summary = await run_bench(cfg)
+    assert summary.client_stalls is not None
+    _, recs, _ = load_run(cfg.out_dir)
+    return summary, [r for r in recs if not open_during_stall(r, summary.client_stalls.intervals_s)]
 
 
 def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, models, tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "error_rate": "Failed requests / all measured requests. Warm-up requests are excluded.",
     "send_lag_ms": "Actual send time minus scheduled send time: how late the client released each request.",
     "event_loop_lag_ms": "How late the client's event loop woke up a periodic 10 ms timer: a busy client shows here.",
+    "client_stalls": "Moments the client's event loop woke at least 20 ms late (the timer of event_loop_lag_ms): "
+    "chunks that arrived meanwhile are read together and stamped at the stall's end, so a request streaming during "
+    "one shows the client's delay in its TTFT and near-zero ITL between those chunks, not the server's.",
     "acceptance.rate": "Delta of vllm:spec_decode_num_accepted_tokens over delta of num_draft_tokens in the run window.",
     "acceptance.mean_length": "1 + accepted tokens / drafts (vLLM's definition, bonus token included).",
     "acceptance.per_position": "accepted_tokens_per_pos[i] / drafts: the share of drafts whose first i+1 tokens were accepted.",

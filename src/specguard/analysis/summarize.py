@@ -8,10 +8,20 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from specguard.analysis.client_stalls import client_stalls
 from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl, tpot
-from specguard.results.models import Acceptance, GaugeSeries, MetricsSample, Percentiles, RequestRecord, Summary, TokenSource
+from specguard.results.models import (
+    Acceptance,
+    ClientStalls,
+    GaugeSeries,
+    MetricsSample,
+    Percentiles,
+    RequestRecord,
+    Summary,
+    TokenSource,
+)
 from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
 
 
@@ -66,8 +76,10 @@ def summarize(
     interrupted: bool = False,
     incomplete: bool = False,
     loop_lags_s: Sequence[float] = (),
+    stalls_s: Sequence[tuple[float, float]] | None = None,
     limits: ClientLagLimits | None = None,
 ) -> Summary:
+    """``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk)."""
     limits = limits or ClientLagLimits()
     ok = [r for r in records if r.ok]
     errors = len(records) - len(ok)
@@ -80,11 +92,13 @@ def summarize(
     send_lag = percentiles([r.send_lag_s for r in records], 1000.0)
     loop_lag = percentiles(loop_lags_s, 1000.0)
     kinds = error_kinds(records)
+    stalls = client_stalls(records, stalls_s) if stalls_s is not None else None
     warnings = [
         *server.warnings,
         *_scrape_warnings(scrape_gaps),
         *_token_source_warnings(sources),
         *_lag_warnings(send_lag, loop_lag, limits),
+        *_stall_warnings(stalls, len(records)),
         *_run_warnings(interrupted, incomplete),
         *_error_warnings(len(records), errors, kinds),
     ]
@@ -107,6 +121,7 @@ def summarize(
         tokens_per_chunk=percentiles(timing.tokens_per_chunk),
         send_lag_ms=send_lag,
         event_loop_lag_ms=loop_lag,
+        client_stalls=stalls,
         acceptance=server.acceptance,
         kv_cache_usage=_gauge(samples, "kv_cache_usage"),
         requests_running=_gauge(samples, "requests_running"),
@@ -184,6 +199,16 @@ def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLa
             "the client may be the bottleneck and its timestamps late"
         )
     return warnings
+
+
+def _stall_warnings(stalls: ClientStalls | None, requests: int) -> list[str]:
+    if stalls is None or stalls.requests_affected == 0:
+        return []
+    return [
+        f"{stalls.requests_affected} of {requests} requests were streaming while the client stalled "
+        f"(the event loop woke {stalls.threshold_ms:g} ms or more late, {stalls.count} times, longest "
+        f"{stalls.longest_ms:.0f} ms): their chunks were read together, so their TTFT and ITL carry the client's delay"
+    ]
 
 
 def _run_warnings(interrupted: bool, incomplete: bool) -> list[str]:

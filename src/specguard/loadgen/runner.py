@@ -23,6 +23,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from specguard import __version__
+from specguard.analysis.client_stalls import STALL_THRESHOLD_S
 from specguard.analysis.summarize import ClientLagLimits, summarize
 from specguard.errors import OptionError, OutputWriteError
 from specguard.lifetime import busy_poll_cpus, set_cpus, terminations_cancel
@@ -83,6 +84,7 @@ class _Run:
         self.run_tag = uuid.uuid4().hex[:8]
         self.t0 = 0.0
         self.loop_lags: list[float] = []
+        self.stalls: list[tuple[float, float]] = []  # (start, end), run-clock seconds: see analysis/client_stalls
 
     async def one(self, session: aiohttp.ClientSession, seq: int, item_no: int, scheduled: float) -> None:
         item = self.cfg.prompts.items[item_no]
@@ -121,7 +123,11 @@ class _Run:
         while True:
             t = time.monotonic()
             await asyncio.sleep(period)
-            self.loop_lags.append(max(0.0, time.monotonic() - t - period))
+            woke = time.monotonic()
+            lag = max(0.0, woke - t - period)
+            self.loop_lags.append(lag)
+            if lag >= STALL_THRESHOLD_S:
+                self.stalls.append((t + period - self.t0, woke - self.t0))
 
     async def dispatch(self, session: aiohttp.ClientSession) -> None:
         load = self.cfg.load
@@ -386,7 +392,12 @@ class _Measurement:
         self._stamp_end()
         records, samples = self._read_back()
         summary = summarize(
-            records, samples, interrupted=self.interrupted, loop_lags_s=self.run_state.loop_lags, limits=self.cfg.lag_limits
+            records,
+            samples,
+            interrupted=self.interrupted,
+            loop_lags_s=self.run_state.loop_lags,
+            stalls_s=self.run_state.stalls,
+            limits=self.cfg.lag_limits,
         )
         if self.interrupted and self.phase == "warm-up":
             summary.notes.insert(0, "interrupted during warm-up: no request was measured")

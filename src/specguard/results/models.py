@@ -140,6 +140,18 @@ class GaugeSeries(StrictModel):
     max: float | None
 
 
+class ClientStalls(StrictModel):
+    """The moments the measuring client could not read: what arrived then is stamped at the stall's end."""
+
+    threshold_ms: float = Field(description="a wake-up of the 10 ms timer at least this late counts as a stall")
+    count: int
+    longest_ms: float | None
+    requests_affected: int = Field(description="requests whose stream was open during a stall")
+    intervals_s: list[tuple[float, float]] = Field(
+        description="(start, end) of the first stalls, seconds after the run's time origin (as sent_s)"
+    )
+
+
 class Summary(StrictModel):
     schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
     requests: int
@@ -160,6 +172,7 @@ class Summary(StrictModel):
     tokens_per_chunk: Percentiles
     send_lag_ms: Percentiles
     event_loop_lag_ms: Percentiles
+    client_stalls: ClientStalls | None = None
     acceptance: Acceptance | None
     kv_cache_usage: GaugeSeries | None
     requests_running: GaugeSeries | None
