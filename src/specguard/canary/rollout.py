@@ -4,6 +4,11 @@ It names the pools (baseline, candidate, an optional control), how traffic is sp
 the weight, the analysis that judges each window, the hooks run on rollback and on promotion, the admin API and
 the state file. Errors name the file, the line and the key path, as a check plan's do (the same ``yaml_files.load_yaml_model``).
 
+``engine`` says what moves the traffic (``engines/config.py``): specguard's proxy (the default), HAProxy or a
+Kubernetes Gateway. With an engine other than the proxy, no proxy runs, so the proxy's own keys, ``listen`` and
+``split``, are refused when written rather than silently ignored: a file that sets them expects a proxy
+listening and splitting by its sticky key, and would get neither.
+
 Latency metrics mean exactly what ``bench``'s do (``analysis/definitions.py``); the pool gauges use the
 canonical names of ``server_metrics/names.py``. Hooks are argument lists, never shell strings: a rollback hook
 runs while something is already wrong, which is the worst moment for quoting surprises.
@@ -16,9 +21,18 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
+from specguard.canary.engines.config import (
+    GATEWAY_WEIGHT_TOTAL,
+    Engine,
+    GatewayApiEngine,
+    HAProxyEngine,
+    ProxyEngine,
+    validate_engine,
+)
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -27,6 +41,7 @@ from specguard.yaml_files import load_yaml_model
 
 __all__ = [
     "DEFAULT_STEPS",
+    "PROXY_ONLY_KEYS",
     "Admin",
     "Analysis",
     "Burst",
@@ -50,6 +65,7 @@ __all__ = [
 ]
 
 DEFAULT_STEPS: tuple[float, ...] = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0)
+PROXY_ONLY_KEYS: tuple[str, ...] = ("listen", "split")
 
 # An HTTP header name (RFC 9110 token); headers are matched case-insensitively, so they are kept lower case.
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -392,7 +408,18 @@ class State(FiniteModel):
 
 
 class Rollout(FiniteModel):
+    """A rollout file.
+
+    ``engine`` (default ``proxy``) picks the traffic engine. With ``haproxy`` or ``gateway-api``, ``listen`` and
+    ``split`` (the proxy's address, stickiness, segments and balancing) are refused if written: that engine
+    splits traffic itself, per request as it is configured to. ``pools`` still name the servers whose
+    ``/metrics`` the analysis reads; specguard sends them no request itself. With ``gateway-api`` every step's
+    percentage must be a whole number of millionths of the traffic (at most four decimals), the resolution of
+    the route's integer weights, so that the route carries exactly the step's share.
+    """
+
     name: str = "canary"
+    engine: Engine = Field(default_factory=ProxyEngine, description="what moves the traffic")
     listen: str = Field(default="127.0.0.1:8080", description="the proxy's address")
     pools: Pools
     split: Split = Split()
@@ -401,6 +428,11 @@ class Rollout(FiniteModel):
     hooks: Hooks = Hooks()
     admin: Admin
     state: State = State()
+
+    @field_validator("engine", mode="wrap")
+    @classmethod
+    def _engine(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return validate_engine(value, handler)
 
     @field_validator("listen")
     @classmethod
@@ -427,13 +459,58 @@ class Rollout(FiniteModel):
         return value
 
     @model_validator(mode="after")
+    def _fits_the_engine(self) -> Rollout:
+        problems = _engine_problems(self, self.model_fields_set)
+        if problems:
+            # Raised with each key's location, so that the error names the line of the key at fault.
+            raise ValidationError.from_exception_data(
+                "Rollout",
+                [
+                    InitErrorDetails(type="value_error", loc=loc, input=None, ctx={"error": ValueError(text)})
+                    for loc, text in problems
+                ],
+            )
+        return self
+
+    @model_validator(mode="after")
     def _fits_together(self) -> Rollout:
-        if split_listen(self.listen) == split_listen(self.admin.listen):
+        if isinstance(self.engine, ProxyEngine) and split_listen(self.listen) == split_listen(self.admin.listen):
             raise ValueError(f"the proxy and the admin API cannot both listen on {self.listen}")
         if self.pools.control is not None and any(s.percent > 50 for s in self.steps[:-1]):
             # The control pool takes the candidate's share from the baseline: both fit only up to 50 %.
             raise ValueError("with a control pool, every step before the last is at most 50 %")
         return self
+
+
+def _engine_problems(rollout: Rollout, written: set[str]) -> list[tuple[tuple[str | int, ...], str]]:
+    """What of the rollout does not fit its engine, as (key path, why) pairs."""
+    engine = rollout.engine
+    if isinstance(engine, ProxyEngine):
+        return []
+    problems: list[tuple[tuple[str | int, ...], str]] = [
+        ((key,), f"only the built-in proxy has '{key}'; with engine {engine.type} the engine splits the traffic: remove it")
+        for key in PROXY_ONLY_KEYS
+        if key in written
+    ]
+    has_control = rollout.pools.control is not None
+    if isinstance(engine, HAProxyEngine) and has_control != bool(engine.control_servers):
+        problems.append((("engine", "control_servers"), "'control_servers' are given exactly when the pools have a control pool"))
+    if isinstance(engine, GatewayApiEngine):
+        if has_control != (engine.backends.control is not None):
+            problems.append(
+                (("engine", "backends", "control"), "a 'control' backend is given exactly when the pools have a control pool")
+            )
+        for i, step in enumerate(rollout.steps):
+            units = step.percent / 100 * GATEWAY_WEIGHT_TOTAL
+            if abs(units - round(units)) > 1e-6:
+                problems.append(
+                    (
+                        ("steps", i, "percent"),
+                        "with engine gateway-api a step is a whole number of millionths of the traffic "
+                        f"(at most four decimals; got {step.percent!r})",
+                    )
+                )
+    return problems
 
 
 class RolloutError(InputFileError):

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from specguard.errors import InputFileError
@@ -87,6 +88,17 @@ def write_json_atomic(path: Path, model: BaseModel) -> None:
     """Write through a temporary file and rename: a reader (or a resumed check) never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(model.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_yaml_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """``data`` as a YAML document, written as ``write_json_atomic`` writes: a reader never sees half a file.
+
+    For files that other tools read (a Kubernetes manifest for ``kubectl`` or a GitOps pipeline); keys keep
+    their order, which is the order those tools' documentation shows.
+    """
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False), encoding="utf-8")
     os.replace(tmp, path)
 
 
