@@ -24,13 +24,14 @@ from prometheus_client import CollectorRegistry
 
 from specguard.canary.admin import admin_app, read_token
 from specguard.canary.controller import CanaryController
+from specguard.canary.engines.config import ProxyEngine
 from specguard.canary.pool_watch import PoolWatcher
 from specguard.canary.pools import start_pools
 from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import CanaryStatus, ProxiedRequest
 from specguard.canary.rollout import Rollout, split_listen
 from specguard.canary.store import CanaryStore, StoreMeta
-from specguard.errors import ServerError
+from specguard.errors import OptionError, ServerError
 
 __all__ = ["CanaryOutcome", "run_canary"]
 
@@ -65,6 +66,13 @@ async def run_canary(
     drain_s: float = 30.0,
     stop: asyncio.Event | None = None,
 ) -> CanaryOutcome:
+    if not isinstance(rollout.engine, ProxyEngine):
+        # The HAProxy and Gateway API engines have their models (and the Gateway API its driver), but the judge
+        # still needs per-request records, which only the proxy makes; a Prometheus source is to come.
+        raise OptionError(
+            f"rollout {rollout.name!r}: engine {rollout.engine.type} is not driven by 'canary run' yet; "
+            "only the built-in proxy (engine: proxy) is"
+        )
     token = read_token(rollout.admin)  # refused before anything starts
     state_path = Path(rollout.state.path)
     meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.model_dump(mode="json"), created_unix=time.time())
