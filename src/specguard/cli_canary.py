@@ -212,3 +212,26 @@ def report(
     with_state = read_canary_report_data(state)
     for p in write_canary_report(with_state, out or state.resolve().parent / "report", force=force):
         print(p)
+
+
+@canary_app.command("observability", epilog=EXIT_CODES_EPILOG)
+def observability(
+    rollout_file: RolloutArg,
+    vllm_version: Annotated[str, typer.Option(help="The pools' vLLM release: metric names differ across releases.")],
+    out: Annotated[Path, typer.Option(help="Directory for recording-rules.yaml, alerting-rules.yaml and dashboard.json.")],
+    force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+) -> None:
+    """Write Prometheus recording and alerting rules and a Grafana dashboard for the rollout's pools."""
+    from specguard.canary.observability import write_observability
+    from specguard.canary.rollout import load_rollout
+    from specguard.validation import version_option
+    from specguard.vllm.knowledge import LATEST_KNOWN, parse_version, version_text
+
+    input_path(rollout_file, "ROLLOUT")
+    version_option(vllm_version, "--vllm-version")
+    release = parse_version(vllm_version)
+    rollout = load_rollout(rollout_file)
+    if release > LATEST_KNOWN:
+        err.print(f"warning: vLLM {vllm_version} is newer than specguard's tables: names as of {version_text(LATEST_KNOWN)}")
+    for p in write_observability(rollout, release, out, force=force):
+        print(p)

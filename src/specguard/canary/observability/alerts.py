@@ -50,7 +50,7 @@ def _budget_alert(rollout: Rollout, plan: RecordingPlan, budget: MetricBudget) -
             return None
         record = latency_record(budget.metric, budget.percentile)
         factor = 1 + budget.budget if worse == ">" else 1 - budget.budget
-        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) {factor:g} * {_pool(record, 'baseline')}"
+        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) group_left {factor:g} * {_pool(record, 'baseline')}"
         name = f"SpecguardCandidate{_TITLE[budget.metric]}{budget.percentile.upper()}Regression"
         formula = f"candidate / baseline of histogram_quantile({budget.percentile[1:]}%, {series}) {worse} {factor:g}"
         releases = names.releases_text(series)
@@ -60,10 +60,14 @@ def _budget_alert(rollout: Rollout, plan: RecordingPlan, budget: MetricBudget) -
         if record == KV_CACHE_USAGE and names.name_for(names.GAUGES["kv_cache_usage"], plan.release) is None:
             return None
         sign = "+" if worse == ">" else "-"
-        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) {_pool(record, 'baseline')} {sign} {budget.budget:g}"
+        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) group_left {_pool(record, 'baseline')} {sign} {budget.budget:g}"
         name = f"SpecguardCandidate{_GAUGE_TITLE[budget.metric]}Regression"
         formula = f"candidate {record} - baseline {worse} {budget.budget:g}"
-        releases = "any (the specguard proxy's counters)" if budget.metric == "error_rate" else "every release this file names"
+        if budget.metric == "error_rate":
+            releases = "any (the specguard proxy's counters)"
+        else:
+            gauge = names.name_for(names.GAUGES[budget.metric], plan.release)
+            releases = names.releases_text(gauge) if gauge else "none"
         meaning = f"the candidate's {budget.metric} exceeds the baseline's by more than {budget.budget:g}"
     return AlertingRule(
         alert=name,
