@@ -5,6 +5,7 @@ Exit codes (the shared table): ``run`` exits 0 once promoted, 1 once rolled back
 state is saved and a restart resumes). ``pause|resume|promote|rollback`` exit 0 when done, 1 when refused
 (the rollout is already finished, or already paused), 2 for a wrong token, 4 when the controller cannot be
 reached. ``status`` and ``events`` read the state file and need no running controller.
+``units`` and ``observability`` write files: 0 when written, 2 for bad input (nothing is written).
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ def _budget_alert(rollout: Rollout, plan: RecordingPlan, budget: MetricBudget) -
         if record == KV_CACHE_USAGE and names.name_for(names.GAUGES["kv_cache_usage"], plan.release) is None:
             return None
         sign = "+" if worse == ">" else "-"
-        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) group_left {_pool(record, 'baseline')} {sign} {budget.budget:g}"
+        baseline = f"{_pool(record, 'baseline')} {sign} {budget.budget:g}"
+        expr = f"{_pool(record, 'candidate')} {worse} ignoring({POOL_LABEL}) group_left {baseline}"
         name = f"SpecguardCandidate{_GAUGE_TITLE[budget.metric]}Regression"
         formula = f"candidate {record} - baseline {worse} {budget.budget:g}"
         if budget.metric == "error_rate":
