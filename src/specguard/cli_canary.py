@@ -5,6 +5,7 @@ Exit codes (the shared table): ``run`` exits 0 once promoted, 1 once rolled back
 state is saved and a restart resumes). ``pause|resume|promote|rollback`` exit 0 when done, 1 when refused
 (the rollout is already finished, or already paused), 2 for a wrong token, 4 when the controller cannot be
 reached. ``status`` and ``events`` read the state file and need no running controller.
+``units`` and ``observability`` write files: 0 when written, 2 for bad input (nothing is written).
 """
 
 from __future__ import annotations
@@ -211,4 +212,27 @@ def report(
 
     with_state = read_canary_report_data(state)
     for p in write_canary_report(with_state, out or state.resolve().parent / "report", force=force):
+        print(p)
+
+
+@canary_app.command("observability", epilog=EXIT_CODES_EPILOG)
+def observability(
+    rollout_file: RolloutArg,
+    vllm_version: Annotated[str, typer.Option(help="The pools' vLLM release: metric names differ across releases.")],
+    out: Annotated[Path, typer.Option(help="Directory for recording-rules.yaml, alerting-rules.yaml and dashboard.json.")],
+    force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+) -> None:
+    """Write Prometheus recording and alerting rules and a Grafana dashboard for the rollout's pools."""
+    from specguard.canary.observability import write_observability
+    from specguard.canary.rollout import load_rollout
+    from specguard.validation import version_option
+    from specguard.vllm.knowledge import LATEST_KNOWN, parse_version, version_text
+
+    input_path(rollout_file, "ROLLOUT")
+    version_option(vllm_version, "--vllm-version")
+    release = parse_version(vllm_version)
+    rollout = load_rollout(rollout_file)
+    if release > LATEST_KNOWN:
+        err.print(f"warning: vLLM {vllm_version} is newer than specguard's tables: names as of {version_text(LATEST_KNOWN)}")
+    for p in write_observability(rollout, release, out, force=force):
         print(p)

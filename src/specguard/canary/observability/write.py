@@ -1,0 +1,80 @@
+"""The three files of ``specguard canary observability``: rendered together (pure), then written.
+
+Nothing is written until all three are rendered; an existing file is replaced only with ``force``, each
+through a temporary file and a rename, so Prometheus reloading the directory never reads half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from specguard import __version__
+from specguard.canary.observability.alerts import alerting_rules
+from specguard.canary.observability.conventions import POOL_LABEL, scrape_config_lines
+from specguard.canary.observability.dashboard import dashboard
+from specguard.canary.observability.recording import RecordingPlan, recording_rules
+from specguard.canary.observability.rulefile import render_rule_file
+from specguard.canary.rollout import Rollout
+from specguard.errors import OutputExistsError, OutputWriteError
+from specguard.vllm.knowledge import Version, version_text
+
+__all__ = ["ALERTING_FILE", "DASHBOARD_FILE", "RECORDING_FILE", "observability_files", "write_observability"]
+
+RECORDING_FILE = "recording-rules.yaml"
+ALERTING_FILE = "alerting-rules.yaml"
+DASHBOARD_FILE = "dashboard.json"
+
+
+def _header(rollout: Rollout, plan: RecordingPlan, what: str) -> list[str]:
+    lines = [
+        f"{what} for the canary {rollout.name!r}, vLLM {version_text(plan.release)}: written by specguard {__version__}",
+        "(`specguard canary observability`); regenerate rather than edit.",
+        "",
+        f"Pools: every vLLM series needs the target label {POOL_LABEL} (baseline, candidate or control), added by",
+        "the scrape configuration; the proxy's own series carry `pool`, copied into it. For this rollout:",
+        *(f"  {line}" for line in scrape_config_lines(rollout)),
+        "",
+        f"Rates over {plan.windows.rate} (the analysis window, at least 60 s); budget alerts hold for {plan.windows.hold}",
+        f"({rollout.analysis.rollback_windows} windows, as the controller rolls back). Aggregated by {', '.join(plan.group)}.",
+    ]
+    if plan.omitted:
+        lines.append(f"Left out (not exposed by this release): {'; '.join(plan.omitted)}.")
+    return lines
+
+
+def observability_files(rollout: Rollout, release: Version) -> dict[str, str]:
+    """Each file's name and text, pure."""
+    recording, plan = recording_rules(rollout, release)
+    alerting = alerting_rules(rollout, plan)
+    return {
+        RECORDING_FILE: render_rule_file(_header(rollout, plan, "Recording rules"), recording),
+        ALERTING_FILE: render_rule_file(
+            [*_header(rollout, plan, "Alerting rules"), f"Load with {RECORDING_FILE}: the alerts read its series."], alerting
+        ),
+        DASHBOARD_FILE: json.dumps(dashboard(rollout, plan), indent=2) + "\n",
+    }
+
+
+def write_observability(rollout: Rollout, release: Version, out_dir: Path, force: bool = False) -> list[Path]:
+    """Write the recording rules, the alerting rules and the dashboard into ``out_dir``; the paths, in order."""
+    files = observability_files(rollout, release)
+    out_dir = out_dir.absolute()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"--out {out_dir}: exists and is not a directory")
+    existing = [name for name in files if (out_dir / name).exists()]
+    if existing and not force:
+        raise OutputExistsError(f"--out {out_dir}: {', '.join(existing)} already exist; pass --force to replace them")
+    written: list[Path] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            path = out_dir / name
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+            written.append(path)
+    except OSError as exc:
+        raise OutputWriteError(f"--out {out_dir}: {exc}") from exc
+    return written
