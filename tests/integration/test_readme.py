@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,7 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
             "promote",
             "rollback",
             "units",
+            "observability",
         )
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
@@ -118,6 +120,7 @@ def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
         ("canary", "pause"),
         ("canary", "units"),
         ("canary", "report"),
+        ("canary", "observability"),
     ]
     for sub in commands:
         text = " ".join(help_text(*sub).split())
@@ -182,6 +185,24 @@ def test_make_demo_runs_the_main_job():
 
 
 @pytest.mark.vllm
+def test_readme_canary_observability_runs_as_written(tmp_path):
+    """The README's ``canary observability`` line, in a scratch copy of the repository's examples: the three
+    files, and promtool accepts both rule files."""
+    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "canary", "observability"])
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / cmd[cmd.index("--out") + 1]
+    assert sorted(p.name for p in out.iterdir()) == ["alerting-rules.yaml", "dashboard.json", "recording-rules.yaml"]
+    check = subprocess.run(
+        ["promtool", "check", "rules", str(out / "recording-rules.yaml"), str(out / "alerting-rules.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_readme_gate_commands_that_need_no_server_run_as_written():
     """preflight (against the embedded vLLM or offline rules) and plan (catalogs) run exactly as the README shows."""
     ran = 0
