@@ -42,7 +42,9 @@ def servers_state_blocking(socket_path: str, backend: str, timeout_s: float = 2.
 
 class HAProxyProcess(ManagedServer):
     def __init__(self, rollout: Rollout, log_dir: Path) -> None:
-        super().__init__(ServerSpec(model="haproxy", served_model_name="haproxy"), [], log_dir / "haproxy.log", startup_timeout_s=30)
+        super().__init__(
+            ServerSpec(model="haproxy", served_model_name="haproxy"), [], log_dir / "haproxy.log", startup_timeout_s=30
+        )
         self.rollout = rollout
         self.engine = engine_of(rollout)
         self.config = log_dir / "haproxy.cfg"

@@ -184,7 +184,9 @@ class HAProxyRuntime:
                     writer.close()
                     await writer.wait_closed()
         except TimeoutError as exc:
-            raise RuntimeFailure(f"HAProxy runtime API {self.socket_path}: no answer to {line!r} within {self.timeout_s:g} s") from exc
+            raise RuntimeFailure(
+                f"HAProxy runtime API {self.socket_path}: no answer to {line!r} within {self.timeout_s:g} s"
+            ) from exc
         except OSError as exc:
             raise RuntimeFailure(f"HAProxy runtime API {self.socket_path}: cannot send {line!r}: {exc}") from exc
         return answer.decode("utf-8", errors="replace")
