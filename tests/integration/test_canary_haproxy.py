@@ -240,3 +240,24 @@ def test_haproxy_errors_name_the_socket_and_haproxy_s_answer(scripted: Any, sock
         asyncio.run(main())
     finally:
         haproxy.stop()
+
+
+def test_a_rollback_issued_during_a_step_is_applied_after_it(scripted: Any, socket_dir: Path, tmp_path: Path) -> None:
+    servers = {"baseline": scripted(**SHORT), "candidate": scripted(**SHORT)}
+    rollout = haproxy_rollout(socket_dir / "admin.sock", servers, drain=True)
+    haproxy = start_haproxy(rollout, tmp_path / "haproxy")
+    try:
+
+        async def main() -> None:
+            driver = HAProxyDriver(engine_of(rollout))
+            # The step's commands and the rollback's would interleave on the socket without the driver's lock.
+            await asyncio.gather(driver.set_weights(0.5, 0.0, 3), driver.set_weights(0.0, 0.0, 3))
+            assert [(a.candidate, a.step) for a in driver.applied] == [(0.5, 3), (0.0, 3)]
+            states = await driver.read_back()
+            assert states["speculative-1"].weight == 0 and states["speculative-1"].draining
+            assert states["baseline-1"].weight == driver.applied[-1].weights["baseline-1"] > 0
+            await driver.close()
+
+        asyncio.run(main())
+    finally:
+        haproxy.stop()

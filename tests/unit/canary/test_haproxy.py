@@ -6,7 +6,9 @@ every generated configuration is checked by the real ``haproxy -c -f`` (the Debi
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from specguard.canary.engines.config import HAProxyEngine
 from specguard.canary.engines.haproxy import (
     HAPROXY_MAX_WEIGHT,
     POOL_WEIGHT_TOTAL,
+    HAProxyRuntime,
     haproxy_weights,
     parse_servers_state,
     realised_shares,
@@ -25,7 +28,7 @@ from specguard.canary.engines.haproxy import (
 from specguard.canary.engines.haproxy_config import render_haproxy_config, server_address
 from specguard.canary.rollout import DEFAULT_STEPS, Rollout
 from specguard.cli import app
-from specguard.errors import ExitCode, InputFileError, OptionError
+from specguard.errors import ExitCode, InputFileError, OptionError, RuntimeFailure
 from tests.haproxy_harness import HAPROXY
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "haproxy"
@@ -306,3 +309,47 @@ def test_bad_input_exits_2_and_writes_nothing(edit: Any, extra: list[str], messa
     assert result.exit_code == ExitCode.USAGE, result.output
     assert message in result.output
     assert not out.exists()
+
+
+# --- the engine's sticky header and the runtime client's bounds ----------------------------------------------
+
+
+def test_the_sticky_header_is_a_plain_name_kept_lower_case() -> None:
+    assert engine(sticky_header="X-User-Id").sticky_header == "x-user-id"
+    for bad in ("x#id", "x id", "x:id", ""):
+        with pytest.raises(ValueError, match="letters, digits, '-' and '_'"):
+            engine(sticky_header=bad)
+
+
+def test_a_socket_that_never_answers_is_a_runtime_failure_within_the_timeout(tmp_path: Path) -> None:
+    # A fake: a UNIX socket that accepts and stays silent, as a wedged HAProxy would (fault injection).
+    path = Path(tempfile.mkdtemp(prefix="sg-hap-")) / "silent.sock"
+
+    async def main() -> str:
+        held: list[asyncio.StreamWriter] = []
+
+        async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            held.append(writer)
+
+        server = await asyncio.start_unix_server(accept, path=str(path))
+        try:
+            with pytest.raises(RuntimeFailure) as err:
+                await HAProxyRuntime(str(path), timeout_s=0.2).command("show servers state vllm")
+            return str(err.value)
+        finally:
+            for w in held:
+                w.close()
+            server.close()
+            await server.wait_closed()
+
+    try:
+        message = asyncio.run(main())
+    finally:
+        path.unlink(missing_ok=True)
+        path.parent.rmdir()
+    assert str(path) in message and "no answer to 'show servers state vllm'" in message
+
+
+def test_a_command_is_one_line() -> None:
+    with pytest.raises(ValueError, match="one command"):
+        asyncio.run(HAProxyRuntime("/run/haproxy/admin.sock").command("show info; shutdown sessions"))
