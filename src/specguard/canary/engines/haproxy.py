@@ -265,6 +265,8 @@ class HAProxyDriver:
             after = await self.read_back()
             wrong = [f"{s} weight {after[s].weight} (set {w})" for s, w in weights.items() if after[s].weight != w]
             wrong += [f"{s} not draining" for s in speculative if drain and not after[s].draining]
+            undrained = self.engine.drain and candidate > 0
+            wrong += [f"{s} still draining" for s in speculative if undrained and after[s].draining]
             if wrong:
                 raise RuntimeFailure(
                     f"HAProxy runtime API {self.engine.socket}: backend {self.engine.backend} did not take the "
