@@ -5,7 +5,7 @@ Exit codes (the shared table): ``run`` exits 0 once promoted, 1 once rolled back
 state is saved and a restart resumes). ``pause|resume|promote|rollback`` exit 0 when done, 1 when refused
 (the rollout is already finished, or already paused), 2 for a wrong token, 4 when the controller cannot be
 reached. ``status`` and ``events`` read the state file and need no running controller.
-``units`` and ``observability`` write files: 0 when written, 2 for bad input (nothing is written).
+``units``, ``observability`` and ``haproxy-config`` write files: 0 when written, 2 for bad input (nothing is written).
 """
 
 from __future__ import annotations
@@ -236,3 +236,22 @@ def observability(
         err.print(f"warning: vLLM {vllm_version} is newer than specguard's tables: names as of {version_text(LATEST_KNOWN)}")
     for p in write_observability(rollout, release, out, force=force):
         print(p)
+
+
+@canary_app.command("haproxy-config", epilog=EXIT_CODES_EPILOG)
+def haproxy_config(
+    rollout_file: RolloutArg,
+    out: Annotated[Path, typer.Option(help="The haproxy.cfg file to write.")],
+    force: Annotated[bool, typer.Option(help="Overwrite the file if it exists.")] = False,
+    bind: Annotated[str, typer.Option(help="The frontend's address, host:port (the clients' endpoint).")] = "127.0.0.1:8080",
+    timeout_server_s: Annotated[
+        float, typer.Option(help="HAProxy's client and server timeouts: longer than the longest request.")
+    ] = 1800.0,
+) -> None:
+    """Write the HAProxy configuration for a rollout with 'engine: haproxy': backend, stats socket, health checks."""
+    from specguard.canary.engines.haproxy_config import write_haproxy_config
+    from specguard.canary.rollout import load_rollout
+
+    input_path(rollout_file, "ROLLOUT")
+    rollout = load_rollout(rollout_file)
+    print(write_haproxy_config(rollout, out, force=force, bind=bind, timeout_server_s=timeout_server_s, source=str(rollout_file)))

@@ -47,6 +47,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # RFC 1123 label: n
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035 label: Service names
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _HAPROXY_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+_HAPROXY_HEADER = re.compile(r"^[A-Za-z0-9_-]+$")
 # sockaddr_un.sun_path is 108 bytes on Linux, one of them the terminating NUL: a longer path cannot be connected to.
 _MAX_SOCKET_PATH_BYTES = 107
 
@@ -80,6 +81,12 @@ class HAProxyEngine(FiniteModel):
     HAProxy configuration, with ``level admin``); a rollback sets the speculative servers' weight to 0 and, with
     ``drain``, also puts them in drain mode. ``control_servers`` are given exactly when the rollout has a
     control pool.
+
+    ``sticky_header`` is what ``specguard canary haproxy-config`` makes the sticky key: requests with the same
+    value of that header go to the same server (``balance hdr(NAME)`` with ``hash-type consistent``), those
+    without it round-robin. It lives here, not in ``split``, because with this engine the rollout refuses
+    ``split`` (no proxy runs); the driver itself does not need it. Letters, digits, ``-`` and ``_`` only: the
+    name is written into the HAProxy configuration, where other token characters (``#``) would be syntax.
     """
 
     type: Literal["haproxy"]
@@ -89,6 +96,7 @@ class HAProxyEngine(FiniteModel):
     candidate_servers: list[str] = Field(min_length=1, description="the speculative servers")
     control_servers: list[str] = Field(default_factory=list)
     drain: bool = Field(default=False, description="on rollback, also set the speculative servers to drain")
+    sticky_header: str | None = Field(default=None, description="the sticky key's header in the generated haproxy.cfg")
 
     @field_validator("socket")
     @classmethod
@@ -110,6 +118,13 @@ class HAProxyEngine(FiniteModel):
         for name in value:
             _haproxy_name(name)
         return value
+
+    @field_validator("sticky_header")
+    @classmethod
+    def _header(cls, value: str | None) -> str | None:
+        if value is not None and not _HAPROXY_HEADER.match(value):
+            raise ValueError(f"a header name of letters, digits, '-' and '_' (got {value!r})")
+        return value.lower() if value else value
 
     @model_validator(mode="after")
     def _each_server_once(self) -> HAProxyEngine:
