@@ -82,6 +82,7 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
             "rollback",
             "units",
             "observability",
+            "haproxy-config",
         )
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
@@ -121,6 +122,7 @@ def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
         ("canary", "units"),
         ("canary", "report"),
         ("canary", "observability"),
+        ("canary", "haproxy-config"),
     ]
     for sub in commands:
         text = " ".join(help_text(*sub).split())
@@ -200,6 +202,17 @@ def test_readme_canary_observability_runs_as_written(tmp_path):
         text=True,
         timeout=60,
     )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_readme_canary_haproxy_config_runs_as_written(tmp_path):
+    """The README's ``canary haproxy-config`` line, in a scratch copy of the examples; the real HAProxy accepts it."""
+    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "canary", "haproxy-config"])
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    config = tmp_path / cmd[cmd.index("--out") + 1]
+    check = subprocess.run(["haproxy", "-c", "-f", str(config)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -62,10 +62,15 @@ def refused(tmp_path: Path, text: str) -> str:
     return str(err.value)
 
 
-@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("rollout-*.yaml")), ids=lambda p: p.name)
-def test_existing_rollout_files_still_load_and_use_the_proxy(example: Path) -> None:
-    assert "engine" not in example.read_text()  # so the default is what they get
-    assert isinstance(load_rollout(example).engine, ProxyEngine)
+@pytest.mark.parametrize("example", ["rollout-embedded.yaml", "rollout-gpu-fleet.yaml"])
+def test_existing_rollout_files_still_load_and_use_the_proxy(example: str) -> None:
+    assert "engine" not in (EXAMPLES / example).read_text()  # so the default is what they get
+    assert isinstance(load_rollout(EXAMPLES / example).engine, ProxyEngine)
+
+
+def test_the_haproxy_example_names_its_engine() -> None:
+    engine = load_rollout(EXAMPLES / "rollout-haproxy.yaml").engine
+    assert engine.type == "haproxy" and engine.drain and engine.sticky_header == "x-user-id"
 
 
 @pytest.mark.parametrize("engine", ["", "engine: proxy\n", "engine: {type: proxy}\n"])
