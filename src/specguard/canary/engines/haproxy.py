@@ -36,9 +36,10 @@ import asyncio
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 
 from specguard.canary.engines.config import HAProxyEngine
+from specguard.canary.split import PoolName
 from specguard.errors import RuntimeFailure
 
 __all__ = [
@@ -55,7 +56,6 @@ __all__ = [
     "server_weight",
 ]
 
-PoolName = Literal["baseline", "candidate", "control"]
 HAPROXY_MAX_WEIGHT: Final = 256  # "Absolute weight can only be between 0 and 256 inclusive." (HAProxy 2.6)
 POOL_WEIGHT_TOTAL: Final = 200
 # srv_admin_state bits (HAProxy's SRV_ADMF_*): FDRAIN is what 'set server state drain' sets, IDRAIN inherited.
