@@ -8,7 +8,6 @@ unless forced. Why the settings are what they are is written into the units them
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from specguard.canary.rollout import Rollout
 from specguard.canary.runbook import RUNBOOK, render_runbook
 from specguard.canary.systemd import environment_lines, exec_line
 from specguard.canary.unit_specs import ControllerUnit, PoolUnit, UnitOptions, UnitSet, plan_units
-from specguard.errors import OutputExistsError, OutputWriteError
+from specguard.results.store import refuse_overwrite, write_text_files
 
 __all__ = ["READY_WAIT", "VERSION_CHECK", "render_controller_unit", "render_pool_unit", "unit_files", "write_units"]
 
@@ -205,24 +204,9 @@ def write_units(
     out_dir = out_dir.absolute()
     units = plan_units(rollout, rollout_path, options or UnitOptions())
     files = unit_files(units, out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"--out {out_dir}: exists and is not a directory")
-    existing = [name for name in files if (out_dir / name).exists()]
-    if existing and not force:
-        raise OutputExistsError(f"--out {out_dir}: {', '.join(existing)} already exist; pass --force to replace them")
+    refuse_overwrite(out_dir, list(files), force)
     for message in units.warnings:
         if warn is not None:
             warn(message)
-    written: list[Path] = []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            path = out_dir / name
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.chmod(0o644)  # systemd and operators read units; they hold no secret (plan_units refuses those)
-            os.replace(tmp, path)
-            written.append(path)
-    except OSError as exc:
-        raise OutputWriteError(f"--out {out_dir}: {exc}") from exc
-    return written
+    # systemd and operators read units; they hold no secret (plan_units refuses those)
+    return write_text_files(out_dir, files, mode=0o644)

@@ -15,7 +15,7 @@ from typing import IO, Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from specguard.errors import InputFileError
+from specguard.errors import InputFileError, OutputExistsError, OutputWriteError
 from specguard.results.models import MetricsSample, RequestRecord, RunInfo, Summary
 from specguard.validation import describe, read_input_text
 
@@ -100,6 +100,33 @@ def write_yaml_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def refuse_overwrite(out_dir: Path, names: Sequence[str], force: bool) -> None:
+    """Before writing ``names`` into ``out_dir`` (the ``--out`` of a command): none may exist unless ``force``."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputExistsError(f"--out {out_dir}: exists and is not a directory")
+    existing = [name for name in names if (out_dir / name).exists()]
+    if existing and not force:
+        raise OutputExistsError(f"--out {out_dir}: {', '.join(existing)} already exist; pass --force to replace them")
+
+
+def write_text_files(out_dir: Path, files: Mapping[str, str], mode: int | None = None) -> list[Path]:
+    """Each file through a temporary one and a rename, in order (``mode``: its permission bits); the paths."""
+    written: list[Path] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            path = out_dir / name
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            if mode is not None:
+                tmp.chmod(mode)
+            os.replace(tmp, path)
+            written.append(path)
+    except OSError as exc:
+        raise OutputWriteError(f"--out {out_dir}: {exc}") from exc
+    return written
 
 
 def read_json(path: Path, model: type[M]) -> M:

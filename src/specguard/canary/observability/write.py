@@ -7,7 +7,6 @@ through a temporary file and a rename, so Prometheus reloading the directory nev
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from specguard import __version__
@@ -17,7 +16,7 @@ from specguard.canary.observability.dashboard import dashboard
 from specguard.canary.observability.recording import RecordingPlan, recording_rules
 from specguard.canary.observability.rulefile import render_rule_file
 from specguard.canary.rollout import Rollout
-from specguard.errors import OutputExistsError, OutputWriteError
+from specguard.results.store import refuse_overwrite, write_text_files
 from specguard.vllm.knowledge import Version, version_text
 
 __all__ = ["ALERTING_FILE", "DASHBOARD_FILE", "RECORDING_FILE", "observability_files", "write_observability"]
@@ -61,20 +60,5 @@ def write_observability(rollout: Rollout, release: Version, out_dir: Path, force
     """Write the recording rules, the alerting rules and the dashboard into ``out_dir``; the paths, in order."""
     files = observability_files(rollout, release)
     out_dir = out_dir.absolute()
-    if out_dir.exists() and not out_dir.is_dir():
-        raise OutputExistsError(f"--out {out_dir}: exists and is not a directory")
-    existing = [name for name in files if (out_dir / name).exists()]
-    if existing and not force:
-        raise OutputExistsError(f"--out {out_dir}: {', '.join(existing)} already exist; pass --force to replace them")
-    written: list[Path] = []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            path = out_dir / name
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
-            written.append(path)
-    except OSError as exc:
-        raise OutputWriteError(f"--out {out_dir}: {exc}") from exc
-    return written
+    refuse_overwrite(out_dir, list(files), force)
+    return write_text_files(out_dir, files)
