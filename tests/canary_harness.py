@@ -23,6 +23,16 @@ from specguard.vllm.process import free_port
 
 TOKEN = "test-admin-token-3f9a"  # noqa: S105  a test's own token, set in the environment by the tests
 TOKEN_ENV = "SPECGUARD_TEST_CANARY_TOKEN"
+# The least a rollout file may say: the two pools and where the admin token is.
+MINIMAL_ROLLOUT = """\
+pools:
+  baseline:
+    servers: ["http://127.0.0.1:8000"]
+  candidate:
+    servers: ["http://127.0.0.1:8001"]
+admin:
+  token_env: CANARY_TOKEN
+"""
 
 
 def write_rollout(tmp: Path, pools: dict[str, list[str]], **sections: Any) -> Path:

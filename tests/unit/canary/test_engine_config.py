@@ -9,18 +9,11 @@ import pytest
 
 from specguard.canary.engines.config import INFERENCE_POOL_GROUP, GatewayApiEngine, HAProxyEngine, ProxyEngine
 from specguard.canary.rollout import PROXY_ONLY_KEYS, RolloutError, load_rollout
+from tests.canary_harness import MINIMAL_ROLLOUT
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-POOLS = """\
-pools:
-  baseline:
-    servers: ["http://127.0.0.1:8000"]
-  candidate:
-    servers: ["http://127.0.0.1:8001"]
-admin:
-  token_env: CANARY_TOKEN
-"""
+POOLS = MINIMAL_ROLLOUT
 
 GATEWAY = """\
 engine:

@@ -21,18 +21,11 @@ from specguard.canary.rollout import (
 from specguard.check.plan import LaunchSpec
 from specguard.errors import ExitCode, InputFileError
 from specguard.server_metrics.names import GAUGES
+from tests.canary_harness import MINIMAL_ROLLOUT
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
-MINIMAL = """\
-pools:
-  baseline:
-    servers: ["http://127.0.0.1:8000"]
-  candidate:
-    servers: ["http://127.0.0.1:8001"]
-admin:
-  token_env: CANARY_TOKEN
-"""
+MINIMAL = MINIMAL_ROLLOUT
 
 
 def write(tmp_path: Path, text: str) -> Path:
