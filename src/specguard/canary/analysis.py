@@ -60,6 +60,9 @@ WindowVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 Comparison = Literal["control", "stratified", "naive"]
 Matching = Literal["auto", "naive"]
 Spending = Literal["pocock", "obrien_fleming"]
+# Where a window's evidence came from: the proxy's per-request samples (this module), or the pools' own
+# server-side histograms and counters (``histogram_judge``, for pools behind HAProxy or a Gateway).
+Source = Literal["proxy_requests", "server_histograms"]
 
 ERROR_CONTROL = (
     "False rollbacks are bounded over the whole rollout, not per window: the overall alpha is spent over the "
@@ -141,6 +144,7 @@ class MetricResult(BaseModel):
     baseline_value: float | None = None
     candidate_value: float | None = None
     text: str
+    test: str | None = None  # which test decided, where the source offers a choice (histogram_judge); None: this module's
 
 
 class WindowAnalysis(BaseModel):
@@ -151,6 +155,8 @@ class WindowAnalysis(BaseModel):
     results: list[MetricResult]
     warnings: list[str]
     error_control: str
+    source: Source = "proxy_requests"
+    method: str | None = None  # the tests used, in words, where not this module's (histogram_judge)
 
 
 # ---- sequential error control -------------------------------------------------------------------------------
@@ -240,7 +246,7 @@ def _request_values(samples: Sequence[RequestSample], metric: str) -> list[list[
     return [list(s.values[metric]) for s in samples if s.ok and s.values.get(metric)]
 
 
-def _worse_sign(rule: MetricRule) -> float:
+def worse_sign(rule: MetricRule) -> float:
     return 1.0 if rule.direction == "lower_is_better" else -1.0
 
 
@@ -281,7 +287,7 @@ def _means(reqs: Sequence[Sequence[float]]) -> list[float]:
     return [sum(r) / len(r) for r in reqs]
 
 
-def _beyond_budget(rule: MetricRule, ratio: float) -> bool:
+def beyond_budget(rule: MetricRule, ratio: float) -> bool:
     if not math.isfinite(ratio):
         return False
     return ratio > 1 + rule.budget if rule.direction == "lower_is_better" else ratio < 1 - rule.budget
@@ -305,7 +311,7 @@ def _latency_result(
         counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests"
         text = f"{segment} {rule.name}: {counts}, fewer than {policy.min_samples}"
         return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
-    sign = _worse_sign(rule)
+    sign = worse_sign(rule)
     if comparison == "stratified":
         base_ok = [s for s in base_all if s.ok and s.values.get(rule.metric)]
         cand_ok = [s for s in arms.candidate if s.ok and s.values.get(rule.metric)]
@@ -325,7 +331,7 @@ def _latency_result(
         [base_reqs], [cand_reqs], rule.percentile, resamples=policy.resamples, seed=seed, min_tail=policy.min_tail
     )
     significant = p is not None and p < threshold
-    beyond = _beyond_budget(rule, ratio.ratio)
+    beyond = beyond_budget(rule, ratio.ratio)
     verdict: WindowVerdict = "FAIL" if significant and beyond else "PASS"
     p_text = "n/a" if p is None else f"{p:.3g}"
     text = (
@@ -350,17 +356,31 @@ def _latency_result(
 def _error_result(
     segment: str, arms: SegmentSamples, comparison: Comparison, threshold: float, policy: AnalysisPolicy, budget: float
 ) -> MetricResult:
-    """Error rate: one-sided Fisher exact test for a higher candidate rate, gated by the budget in points.
-
-    Errors are not stratified: whether a request fails depends far less on load than its latency does.
-    """
+    """Error rate of the proxy's attempts. Errors are not stratified: whether a request fails depends far less
+    on load than its latency does."""
     base = arms.control if comparison == "control" and arms.control is not None else arms.baseline
-    nb, nc = len(base), len(arms.candidate)
     eb, ec = sum(not s.ok for s in base), sum(not s.ok for s in arms.candidate)
+    return error_rate_result(
+        segment, (eb, len(base)), (ec, len(arms.candidate)), comparison, threshold, policy.min_samples, budget
+    )
+
+
+def error_rate_result(
+    segment: str,
+    baseline: tuple[int, int],
+    candidate: tuple[int, int],
+    comparison: Comparison,
+    threshold: float,
+    min_samples: int,
+    budget: float,
+) -> MetricResult:
+    """Error rate from (errors, total) per pool: one-sided Fisher exact test for a higher candidate rate, gated
+    by the budget in points. The proxy's attempts and the engines' 5xx counters (histogram_judge) both use it."""
+    (eb, nb), (ec, nc) = baseline, candidate
     common: dict[str, object] = {"segment": segment, "metric": "error_rate", "comparison": comparison}
     common |= {"threshold": threshold, "budget": budget, "n_baseline": nb, "n_candidate": nc}
-    if min(nb, nc) < policy.min_samples:
-        text = f"{segment} error_rate: {nb} baseline / {nc} candidate requests, fewer than {policy.min_samples}"
+    if min(nb, nc) < min_samples:
+        text = f"{segment} error_rate: {nb} baseline / {nc} candidate requests, fewer than {min_samples}"
         return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
     rb, rc = eb / nb, ec / nc
     p = float(stats.fisher_exact([[ec, nc - ec], [eb, nb - eb]], alternative="greater")[1])
