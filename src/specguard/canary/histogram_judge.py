@@ -146,18 +146,20 @@ def histogram_metric_result(
     common |= {"threshold": threshold, "budget": rule.budget, "n_baseline": 0, "n_candidate": 0}
     name = HISTOGRAM_METRICS.get(rule.metric, rule.metric)
     head = f"{segment} {rule.name} (server-side histograms, {comparison})"
-    for pool, d in (("baseline", base), ("candidate", cand)):
+    reference = "control" if comparison == "control" else "baseline"
+    for pool, d in ((reference, base), ("candidate", cand)):
         if d.problem is not None:
             what = "reported, not judged" if d.restart else "not judged"
             return _inconclusive(common, f"{head}: {pool} {name}: {d.problem}; {what}")
     wb, wc = base.window, cand.window
-    assert wb is not None and wc is not None  # no problem: pool_deltas gave windows
+    if wb is None or wc is None:  # pool_deltas gives a window whenever it names no problem
+        return _inconclusive(common, f"{head}: no window delta")
     nb, nc = round(wb.count), round(wc.count)
     common |= {"n_baseline": nb, "n_candidate": nc}
     need = max(policy.min_samples, min_samples(rule.percentile, policy.min_tail))
     if min(nb, nc) < need:
         why = f"fewer than {policy.min_samples}, or than {policy.min_tail} beyond the percentile"
-        return _inconclusive(common, f"{head}: {nb} baseline / {nc} candidate observations, {why}")
+        return _inconclusive(common, f"{head}: {nb} {reference} / {nc} candidate observations, {why}")
     if wb.bounds != wc.bounds:
         return _inconclusive(common, f"{head}: the pools' {name} buckets differ; not judged")
     sign = worse_sign(rule)
@@ -180,7 +182,7 @@ def histogram_metric_result(
     verdict: WindowVerdict = "FAIL" if p is not None and p < threshold and beyond_budget(rule, ratio.ratio) else "PASS"
     notes = [
         f"{pool} p{rule.percentile * 100:g} beyond the last finite bucket"
-        for pool, w in (("baseline", wb), ("candidate", wc))
+        for pool, w in ((reference, wb), ("candidate", wc))
         if censored(w, rule.percentile)
     ]
     text = (
