@@ -7,8 +7,9 @@ A window's distribution is the difference of two cumulative reads. Its quantiles
 the highest finite bound when the rank falls in the +Inf bucket), so that a figure specguard reports
 equals what an operator's dashboard shows for the same window.
 
-Note the resolution: vLLM's ITL buckets are 10 ms wide around 10-50 ms and 25-50 ms wider above, so a
-quantile read from them is a bucket-interpolated estimate, not a sample quantile; the report says so.
+Note the resolution: vLLM 0.32's ITL buckets (``vllm/v1/metrics/buckets.py``) are 0.01, 0.025, 0.05, 0.075,
+0.1 s and wider above, so a quantile read from them is a bucket-interpolated estimate, not a sample quantile;
+the report says so.
 """
 
 from __future__ import annotations
