@@ -22,6 +22,7 @@ import pytest
 from specguard.canary.engines import TrafficDriver
 from specguard.canary.engines.config import HAProxyEngine
 from specguard.canary.engines.haproxy import HAProxyDriver
+from specguard.canary.engines.haproxy_stats import pool_responses
 from specguard.canary.rollout import Rollout
 from specguard.errors import RuntimeFailure
 from specguard.scripted.process import ScriptedProcess
@@ -157,12 +158,14 @@ def test_a_rollback_drains_the_candidate_and_its_stream_in_flight_finishes(
                 async with session.post(f"{haproxy.base_url}/v1/completions", json=body, headers={"X-Request-Id": rid}) as resp:
                     first = await resp.content.readline()
                     assert first.startswith(b"data: ")  # the stream is in flight on the candidate
+                    assert (await driver.in_flight())["candidate"] == 1, "HAProxy counts the open stream"
                     await driver.set_weights(0.0, 0.0, 1)
                     states = await driver.read_back()
                     assert states["speculative-1"].weight == 0 and states["speculative-1"].draining
                     assert driver.applied[-1].drained == ("speculative-1",)
                     after = await many(haproxy.base_url, 100)
                     rest = await resp.read()
+            assert (await driver.in_flight())["candidate"] == 0, "the drained stream is over"
             events = [e for e in (first + rest).split(b"\n\n") if e.strip()]
             assert events[-1] == b"data: [DONE]"
             assert sum(1 for e in events if b'"text"' in e) == 40, "the in-flight stream finished complete"
@@ -174,6 +177,44 @@ def test_a_rollback_drains_the_candidate_and_its_stream_in_flight_finishes(
             states = await driver.read_back()
             assert not states["speculative-1"].draining
             assert states["speculative-1"].weight == driver.applied[-1].weights["speculative-1"] > 0
+            await driver.close()
+
+        asyncio.run(main())
+    finally:
+        haproxy.stop()
+
+
+def test_the_pools_5xx_and_responses_are_haproxy_s_own_counts(scripted: Any, socket_dir: Path, tmp_path: Path) -> None:
+    """Every second answer of the candidate is a 500 (fault injection); HAProxy's per-server counters, read by
+    the driver and summed per pool, count exactly what the client received."""
+    servers = {"baseline": scripted(**SHORT), "candidate": scripted(**SHORT, fault="http_500", fault_every=2)}
+    rollout = haproxy_rollout(socket_dir / "admin.sock", servers)
+    engine = engine_of(rollout)
+    haproxy = start_haproxy(rollout, tmp_path / "haproxy")
+    try:
+
+        async def statuses(n: int) -> list[int]:
+            body = {"model": "scripted", "prompt": "x", "max_tokens": 2, "stream": True}
+            out = []
+            async with aiohttp.ClientSession() as session:
+                for _ in range(n):
+                    async with session.post(f"{haproxy.base_url}/v1/completions", json=body) as resp:
+                        await resp.read()
+                        out.append(resp.status)
+            return out
+
+        async def main() -> None:
+            driver = HAProxyDriver(engine)
+            for candidate, n in ((1.0, 20), (0.0, 10)):
+                await driver.set_weights(candidate, 0.0, 0)
+                before = await driver.server_stats()
+                seen = await statuses(n)
+                counts = pool_responses(engine, before, await driver.server_stats())
+                fivexx = sum(1 for s in seen if s >= 500)
+                on = "candidate" if candidate else "baseline"
+                off = "baseline" if candidate else "candidate"
+                assert counts[on] == (fivexx, n) and counts[off] == (0, 0), (candidate, seen, counts)
+                assert (fivexx > 0) == bool(candidate), seen
             await driver.close()
 
         asyncio.run(main())

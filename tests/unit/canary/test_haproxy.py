@@ -353,3 +353,27 @@ def test_a_socket_that_never_answers_is_a_runtime_failure_within_the_timeout(tmp
 def test_a_command_is_one_line() -> None:
     with pytest.raises(ValueError, match="one command"):
         asyncio.run(HAProxyRuntime("/run/haproxy/admin.sock").command("show info; shutdown sessions"))
+
+
+def test_show_stat_is_read_by_column_name_and_a_reload_counts_from_zero() -> None:
+    from specguard.canary.engines.haproxy_stats import parse_show_stat, pool_in_flight, pool_responses
+
+    engine = HAProxyEngine(
+        type="haproxy", socket="/run/h.sock", backend="vllm", baseline_servers=["b1"], candidate_servers=["c1"]
+    )
+    # columns in another order than HAProxy's, and one it does not have: found by name, not position
+    header = "# svname,pxname,hrsp_5xx,hrsp_2xx,scur,stot,hrsp_1xx,hrsp_3xx,hrsp_4xx,hrsp_other,new_column"
+
+    def page(b: tuple[int, int, int], c: tuple[int, int, int]) -> str:
+        rows = [f"{name},vllm,{e},{ok},{cur},9,0,0,0,0,x" for name, (e, ok, cur) in (("b1", b), ("c1", c))]
+        return "\n".join([header, "FRONTEND,vllm,0,0,0,0,0,0,0,0,x", *rows, "c1,other,7,7,7,7,0,0,0,0,x"]) + "\n"
+
+    before = parse_show_stat(page((0, 10, 0), (3, 5, 1)), "vllm")
+    after = parse_show_stat(page((1, 14, 2), (4, 9, 0)), "vllm")
+    assert set(before) == {"b1", "c1"}
+    assert pool_in_flight(engine, after) == {"baseline": 2, "candidate": 0, "control": 0}
+    assert pool_responses(engine, before, after) == {"baseline": (1, 5), "candidate": (1, 5), "control": (0, 0)}
+    reloaded = parse_show_stat(page((0, 2, 0), (1, 1, 0)), "vllm")
+    assert pool_responses(engine, after, reloaded) == {"baseline": (0, 2), "candidate": (1, 2), "control": (0, 0)}
+    with pytest.raises(ValueError, match="no column"):
+        parse_show_stat("# pxname,svname\n", "vllm")

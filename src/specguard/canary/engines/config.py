@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AliasChoices, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
+from specguard.canary.split import PoolName
 from specguard.models_base import FiniteModel
 
 __all__ = [
@@ -137,6 +138,10 @@ class HAProxyEngine(FiniteModel):
                     raise ValueError(f"server {name!r} is listed {where}")
                 seen[name] = pool
         return self
+
+    def pool_servers(self) -> dict[PoolName, list[str]]:
+        """The HAProxy server names of each pool (control's list empty without a control pool)."""
+        return {"baseline": self.baseline_servers, "candidate": self.candidate_servers, "control": self.control_servers}
 
 
 def _haproxy_name(value: str) -> str:

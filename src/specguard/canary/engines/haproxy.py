@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from specguard.canary.engines.config import HAProxyEngine
+from specguard.canary.engines.haproxy_stats import ServerStat, parse_show_stat, pool_in_flight
 from specguard.canary.split import PoolName
 from specguard.errors import RuntimeFailure
 
@@ -75,10 +76,6 @@ def server_weight(fraction: float, servers: int) -> int:
     return max(1, math.floor(fraction * POOL_WEIGHT_TOTAL / servers + 0.5))
 
 
-def _pools(engine: HAProxyEngine) -> dict[PoolName, list[str]]:
-    return {"baseline": engine.baseline_servers, "candidate": engine.candidate_servers, "control": engine.control_servers}
-
-
 def haproxy_weights(engine: HAProxyEngine, candidate: float, control: float = 0.0) -> dict[str, int]:
     """Each server's weight (in the order baseline, candidate, control servers) for these shares of new requests."""
     for name, value in (("candidate", candidate), ("control", control)):
@@ -90,15 +87,15 @@ def haproxy_weights(engine: HAProxyEngine, candidate: float, control: float = 0.
     if baseline < -1e-9:
         raise ValueError(f"candidate and control shares sum past the whole traffic ({candidate} + {control})")
     shares: dict[PoolName, float] = {"baseline": max(0.0, baseline), "candidate": candidate, "control": control}
-    return {s: server_weight(shares[pool], len(names)) for pool, names in _pools(engine).items() for s in names}
+    return {s: server_weight(shares[pool], len(names)) for pool, names in engine.pool_servers().items() for s in names}
 
 
 def realised_shares(engine: HAProxyEngine, weights: Mapping[str, int]) -> dict[PoolName, float]:
     """Each pool's share of new requests under ``weights``: its servers' weights over all of them."""
-    total = sum(weights[s] for names in _pools(engine).values() for s in names)
+    total = sum(weights[s] for names in engine.pool_servers().values() for s in names)
     if total == 0:
         raise ValueError("every weight is 0: HAProxy would answer 503 to every request")
-    return {pool: sum(weights[s] for s in names) / total for pool, names in _pools(engine).items()}
+    return {pool: sum(weights[s] for s in names) / total for pool, names in engine.pool_servers().items()}
 
 
 @dataclass(frozen=True)
@@ -206,6 +203,15 @@ class HAProxyRuntime:
                 f"HAProxy runtime API {self.socket_path}: 'show servers state {backend}' answered: {answer.strip()[:300]}"
             ) from exc
 
+    async def show_stat(self, backend: str) -> dict[str, ServerStat]:
+        answer = await self.command("show stat")
+        try:
+            return parse_show_stat(answer, backend)
+        except ValueError as exc:
+            raise RuntimeFailure(
+                f"HAProxy runtime API {self.socket_path}: 'show stat' answered: {answer.strip()[:300]} ({exc})"
+            ) from exc
+
 
 @dataclass(frozen=True)
 class AppliedWeights:
@@ -235,7 +241,7 @@ class HAProxyDriver:
     async def read_back(self) -> dict[str, ServerState]:
         """The backend's servers by name; RuntimeFailure if one the rollout names is not in the backend."""
         states = {s.name: s for s in await self.runtime.servers_state(self.engine.backend)}
-        wanted = [s for names in _pools(self.engine).values() for s in names]
+        wanted = [s for names in self.engine.pool_servers().values() for s in names]
         missing = [s for s in wanted if s not in states]
         if missing:
             raise RuntimeFailure(
@@ -274,6 +280,14 @@ class HAProxyDriver:
                 )
             drained = tuple(s for s in speculative if after[s].draining)
             self.applied.append(AppliedWeights(step, candidate, control, weights, shares, drained))
+
+    async def server_stats(self) -> dict[str, ServerStat]:
+        """HAProxy's counters for the backend's servers (sessions now, responses by class)."""
+        return await self.runtime.show_stat(self.engine.backend)
+
+    async def in_flight(self) -> dict[PoolName, int]:
+        """Streams open on each pool's servers now, by HAProxy's count."""
+        return pool_in_flight(self.engine, await self.server_stats())
 
     async def close(self) -> None:
         # Nothing is held between calls; waiting for the lock lets commands in progress finish.
