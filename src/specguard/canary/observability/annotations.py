@@ -1,11 +1,12 @@
 """Every canary decision posted to Grafana as an annotation on the canary's dashboard (rollout key ``grafana:``).
 
-The request follows the "Create Annotation" section of Grafana's Annotations HTTP API (the ``/api``
-annotations API as documented for Grafana 11 and 12, grafana/grafana ``docs/sources/developers/http_api/
-annotations.md``; Grafana 13 keeps it as the "legacy" API beside ``/apis``): ``POST /api/annotations``
-with ``Authorization: Bearer <service-account token>`` and the JSON body ``{"dashboardUID", "time"
-(epoch ms), "tags", "text"}``; the deprecated numeric ``dashboardId`` is not sent. Grafana answers 200
-``{"message": "Annotation added", "id": N}``.
+The request follows the "Create Annotation" section of Grafana's Annotations HTTP API as documented for
+Grafana 12.4 (grafana.com/docs/grafana/v12.4/developer-resources/api-reference/http-api/annotations; the
+same text as grafana/grafana ``docs/sources/developers/http_api/annotations.md``, the ``/api`` API that
+Grafana 11 serves too and Grafana 13 keeps as "legacy" beside ``/apis``): ``POST /api/annotations`` with
+``Authorization: Bearer <service-account token>`` and the JSON body ``{"dashboardUID", "time" (epoch ms),
+"tags", "text"}``; the numeric ``dashboardId``, which ``dashboardUID`` replaces, is not sent. Grafana
+answers 200 ``{"message": "Annotation added", "id": N}``.
 
 What is posted: start (or resume after a restart), advance, promote, rollback (automatic, critical or
 manual), pause and resume; a hold, one per window, is not (it would paint every window). ``time`` is the
