@@ -56,6 +56,7 @@ __all__ = [
     "dashboard_record",
     "inventory_text",
     "move_text",
+    "pin_text",
     "read_grafana_token",
 ]
 
