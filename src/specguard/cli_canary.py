@@ -223,7 +223,7 @@ def observability(
     force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
 ) -> None:
     """Write Prometheus recording and alerting rules and a Grafana dashboard for the rollout's pools."""
-    from specguard.canary.observability import write_observability
+    from specguard.canary.observability import dashboard_pin_for, write_observability
     from specguard.canary.rollout import load_rollout
     from specguard.validation import version_option
     from specguard.vllm.knowledge import LATEST_KNOWN, parse_version, version_text
@@ -236,6 +236,9 @@ def observability(
         err.print(f"warning: vLLM {vllm_version} is newer than specguard's tables: names as of {version_text(LATEST_KNOWN)}")
     for p in write_observability(rollout, release, out, force=force):
         print(p)
+    pin = dashboard_pin_for(rollout, release)
+    # On stderr, so that stdout stays one written path per line; 'grafana:' in the rollout records the same pin.
+    err.print(f"dashboard uid {pin.uid}, version {pin.version}, sha256 {pin.sha256}", highlight=False, markup=False)
 
 
 @canary_app.command("haproxy-config", epilog=EXIT_CODES_EPILOG)

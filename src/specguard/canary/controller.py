@@ -19,6 +19,11 @@ Critical conditions (a candidate server crashed or restarted, a burst of 5xx ans
 roll back at once, between windows. Manual control (pause, resume, promote, rollback) comes through the
 admin API. Paused means no automatic advance or promotion; failing windows and critical conditions still
 roll back, because a pause is asked for while something is being looked at, not to let it get worse.
+
+Every decision that moves the rollout (start, advance, promote, rollback, pause, resume; and each hold) is
+committed in one place, ``_decided``; with ``grafana:`` in the rollout, that is also where its Grafana
+annotation is queued (``observability/annotations.py``), after the commit and never awaited: a Grafana that
+is slow or down cannot hold a rollback back.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ from typing import Any, Protocol
 from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
+from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
 from specguard.canary.policy import analysis_policy, gauge_results, rollout_rule, samples_by_segment
 from specguard.canary.pool_watch import BurstDetector, PoolWatcher, window_gauges
-from specguard.canary.records import CanaryStatus, ControllerState, ProxiedRequest
+from specguard.canary.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.rollout import Rollout
 from specguard.canary.split import PoolName
 from specguard.canary.status import read_status
@@ -73,6 +79,7 @@ class CanaryController:
         log: Callable[[str], None] = print,
         clock: Callable[[], float] = time.time,
         drain_s: float = 300.0,
+        annotations: GrafanaAnnotations | None = None,
     ) -> None:
         self.rollout = rollout
         self.store = store
@@ -99,6 +106,9 @@ class CanaryController:
         }
         self._manual: asyncio.Queue[tuple[str, asyncio.Future[dict[str, Any]]]] = asyncio.Queue()
         self.finished = asyncio.Event()  # set when promoted or rolled back and the hooks have run
+        self.annotations = annotations
+        if annotations is not None:
+            annotations.on_failure = self._annotation_failed
         self.state = self._resume_or_start()
 
     # ---- state --------------------------------------------------------------------------------------------
@@ -112,18 +122,50 @@ class CanaryController:
         else:
             state = state.model_copy(update={"updated_unix": now})
         self._apply_weights(state)
-        self.store.append_event(
+        self._decided(
+            state,
             "started",
             time=now,
-            step=state.step,
-            percent=state.percent,
+            decision=None,
             reasons=[f"{'resumed' if resumed else 'started'} at {state.percent:g} % (step {state.step + 1}), {state.status}"],
             details={"resumed": resumed, "status": state.status},
+            from_percent=state.percent,
         )
-        self.store.save_state(state)
         if state.status in ("promoted", "rolled_back"):
             self.finished.set()
         return state
+
+    def _decided(
+        self,
+        state: ControllerState,
+        kind: EventKind,
+        *,
+        time: float,
+        decision: str | None,
+        reasons: Sequence[str],
+        details: dict[str, Any],
+        from_percent: float,
+    ) -> CanaryEvent:
+        """The one place a decision is committed (the state and its event, one transaction), then announced:
+        its Grafana annotation is queued for the background poster, which this never waits for."""
+        event = self.store.commit_decision(
+            state, kind, time=time, decision=decision, step=state.step, percent=state.percent, reasons=reasons, details=details
+        )
+        if self.annotations is not None:
+            self.annotations.submit(event, from_percent)
+        return event
+
+    def _annotation_failed(self, failed: FailedPost) -> None:
+        """A decision's annotation Grafana did not take: an event in the log and a warning, nothing more."""
+        self.store.append_event(
+            "annotation",
+            time=self.clock(),
+            step=self.state.step,
+            percent=self.state.percent,
+            reasons=[f"Grafana annotation for the {failed.kind} decision (event {failed.event.seq}) not posted: {failed.why}"],
+            details={"for_seq": failed.event.seq, "kind": failed.kind, "status": failed.status, "error": failed.why},
+        )
+        self.log(f"warning: Grafana annotation for the {failed.kind} decision not posted: {failed.why}")
 
     def _apply_weights(self, state: ControllerState) -> None:
         """The proxy's weights for a state: the candidate's share, and the control pool's equal share while it runs."""
@@ -310,6 +352,7 @@ class CanaryController:
     async def _act(self, decision: Decision, *, comparison: str | None, by: str | None = None) -> None:
         now = self.clock()
         st = self.state
+        before = st.percent
         if decision.kind == "rollback":
             self.proxy.set_weights(0.0, 0.0, st.step)  # new requests first; the bookkeeping follows
             st.status, st.percent = "rolled_back", 0.0
@@ -322,14 +365,14 @@ class CanaryController:
         details: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "comparison": comparison}
         if by:
             details["by"] = by
-        self.store.commit_decision(
+        self._decided(
             st,
+            "decision",
             time=now,
             decision=decision.kind,
-            step=st.step,
-            percent=st.percent,
             reasons=[r.text for r in decision.reasons],
             details=details,
+            from_percent=before,
         )
         self.proxy.count_decision(decision.kind)
         if decision.kind != "hold":
@@ -359,8 +402,9 @@ class CanaryController:
         if not commands:
             return []
         h = self.rollout.hooks
-        # Hooks get the controller's environment without the admin token: a hook has no business with it.
-        env = {k: v for k, v in os.environ.items() if k != self.rollout.admin.token_env}
+        # Hooks get the controller's environment without the admin and Grafana tokens: a hook has no business with them.
+        secret = {self.rollout.admin.token_env, self.rollout.grafana.token_env if self.rollout.grafana else None}
+        env = {k: v for k, v in os.environ.items() if k not in secret}
         results = await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
         for r in results:
             failed = not r.ok
@@ -417,8 +461,8 @@ class CanaryController:
             st.status = "paused" if action == "pause" else "running"
             st.updated_unix = now
             reason = f"{action}d by the operator at {st.percent:g} %"
-            self.store.commit_decision(
-                st, time=now, decision=action, step=st.step, percent=st.percent, reasons=[reason], details={"by": "admin-api"}
+            self._decided(
+                st, "decision", time=now, decision=action, reasons=[reason], details={"by": "admin-api"}, from_percent=st.percent
             )
             self.proxy.count_decision(action)
             self.log(reason)

@@ -41,6 +41,7 @@ EventKind = Literal[
     "manual",  # pause, resume, promote or rollback asked through the admin API or the CLI
     "hook",  # a hook command ran (details: argv, exit code, output, duration)
     "stopped",  # the controller stopped (details: why, streams drained)
+    "annotation",  # a decision's Grafana annotation was not posted (details: for_seq, kind, status, error)
 ]
 
 

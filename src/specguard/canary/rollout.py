@@ -33,6 +33,7 @@ from specguard.canary.engines.config import (
     ProxyEngine,
     validate_engine,
 )
+from specguard.canary.observability.grafana_config import GrafanaConfig
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -428,6 +429,7 @@ class Rollout(FiniteModel):
     hooks: Hooks = Hooks()
     admin: Admin
     state: State = State()
+    grafana: GrafanaConfig | None = Field(default=None, description="post each decision as a Grafana annotation")
 
     @field_validator("engine", mode="wrap")
     @classmethod

@@ -25,6 +25,13 @@ from prometheus_client import CollectorRegistry
 from specguard.canary.admin import admin_app, read_token
 from specguard.canary.controller import CanaryController
 from specguard.canary.engines.config import ProxyEngine
+from specguard.canary.observability.annotations import (
+    DASHBOARD_INVENTORY,
+    GrafanaAnnotations,
+    dashboard_record,
+    read_grafana_token,
+)
+from specguard.canary.observability.dashboard import dashboard_uid
 from specguard.canary.pool_watch import PoolWatcher
 from specguard.canary.pools import start_pools
 from specguard.canary.proxy import CanaryProxy, tune_gc
@@ -74,6 +81,7 @@ async def run_canary(
             "only the built-in proxy (engine: proxy) is"
         )
     token = read_token(rollout.admin)  # refused before anything starts
+    grafana_token = read_grafana_token(rollout.grafana) if rollout.grafana is not None else None
     state_path = Path(rollout.state.path)
     meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.model_dump(mode="json"), created_unix=time.time())
     store = CanaryStore.create_or_open(state_path, meta)
@@ -87,10 +95,20 @@ async def run_canary(
         except (RuntimeError, ValueError):  # not the main thread (tests run the canary in one)
             pass
     pools = None
+    annotations: GrafanaAnnotations | None = None
     try:
         pools = await asyncio.to_thread(start_pools, rollout, log_dir, log)
         for name, inventory in pools.inventories.items():
             store.save_inventory(name, inventory)
+        if rollout.grafana is not None and grafana_token is not None:
+            store.save_inventory(DASHBOARD_INVENTORY, dashboard_record(rollout, pools.inventories))
+            annotations = GrafanaAnnotations(
+                rollout.grafana,
+                token=grafana_token,
+                rollout_id=rollout.name,
+                dashboard=rollout.grafana.dashboard_uid or dashboard_uid(rollout.name),
+            )
+            annotations.pin_inventories(store.inventories())
         registry = CollectorRegistry()
         holder: list[CanaryController] = []
 
@@ -99,7 +117,7 @@ async def run_canary(
 
         proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
         watcher = PoolWatcher(pools.upstreams)
-        controller = CanaryController(rollout, store, proxy, watcher, log=log, drain_s=drain_s)
+        controller = CanaryController(rollout, store, proxy, watcher, log=log, drain_s=drain_s, annotations=annotations)
         holder.append(controller)
         proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
         try:
@@ -118,9 +136,13 @@ async def run_canary(
             await admin_runner.cleanup()
             await proxy.close()
             await watcher.close()
+            if annotations is not None:
+                await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
             controller.on_stopped(still)
         return CanaryOutcome(status=status, interrupted=stop.is_set())
     finally:
+        if annotations is not None:
+            await annotations.close()  # a no-op after the close above; here for a start that failed half-way
         for sig in installed:
             loop.remove_signal_handler(sig)
         if pools is not None:

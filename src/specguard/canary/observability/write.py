@@ -2,6 +2,8 @@
 
 Nothing is written until all three are rendered; an existing file is replaced only with ``force``, each
 through a temporary file and a rename, so Prometheus reloading the directory never reads half a file.
+``dashboard_pin_for`` is the dashboard's pin (uid, version, sha256 of its JSON), which the command prints
+and a canary with ``grafana:`` records: both render the dashboard through ``observability_files``' path.
 """
 
 from __future__ import annotations
@@ -12,14 +14,21 @@ from pathlib import Path
 from specguard import __version__
 from specguard.canary.observability.alerts import alerting_rules
 from specguard.canary.observability.conventions import POOL_LABEL, scrape_config_lines
-from specguard.canary.observability.dashboard import dashboard
+from specguard.canary.observability.dashboard import DashboardPin, dashboard, dashboard_pin
 from specguard.canary.observability.recording import RecordingPlan, recording_rules
 from specguard.canary.observability.rulefile import render_rule_file
 from specguard.canary.rollout import Rollout
 from specguard.results.store import refuse_overwrite, write_text_files
 from specguard.vllm.knowledge import Version, version_text
 
-__all__ = ["ALERTING_FILE", "DASHBOARD_FILE", "RECORDING_FILE", "observability_files", "write_observability"]
+__all__ = [
+    "ALERTING_FILE",
+    "DASHBOARD_FILE",
+    "RECORDING_FILE",
+    "dashboard_pin_for",
+    "observability_files",
+    "write_observability",
+]
 
 RECORDING_FILE = "recording-rules.yaml"
 ALERTING_FILE = "alerting-rules.yaml"
@@ -54,6 +63,12 @@ def observability_files(rollout: Rollout, release: Version) -> dict[str, str]:
         ),
         DASHBOARD_FILE: json.dumps(dashboard(rollout, plan), indent=2) + "\n",
     }
+
+
+def dashboard_pin_for(rollout: Rollout, release: Version) -> DashboardPin:
+    """The pin of the dashboard ``observability_files`` writes for this rollout and release, pure."""
+    _, plan = recording_rules(rollout, release)
+    return dashboard_pin(dashboard(rollout, plan))
 
 
 def write_observability(rollout: Rollout, release: Version, out_dir: Path, force: bool = False) -> list[Path]:
