@@ -171,6 +171,31 @@ def _initialise(conn: sqlite3.Connection, meta: StoreMeta) -> None:
         raise
 
 
+def _create_whole(path: Path, meta: StoreMeta) -> None:
+    """Write a new state file under a temporary name and link it into place, so that it appears complete.
+
+    Created in place, the file exists for a moment before its tables do: a ``canary status`` (or a test
+    waiting for the start) that opened it then read an empty database and called it foreign (seen in CI).
+    ``os.link`` refuses an existing target, so of two controllers started together one creates the file and
+    the other opens it (and then finds the lock taken).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            _initialise(conn, meta)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    except (sqlite3.Error, OSError) as exc:
+        raise OutputWriteError(f"{path}: cannot create the canary state: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _writer_pragmas(conn: sqlite3.Connection, path: Path) -> None:
     mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
     if mode != "wal":
@@ -214,6 +239,8 @@ class CanaryStore:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OutputWriteError(f"{path.parent}: cannot create the state directory: {exc.strerror}") from exc
+        if not path.exists():
+            _create_whole(path, meta)
         return cls._open(path, meta, read_only=False)
 
     @classmethod
