@@ -33,6 +33,7 @@ from specguard.canary.engines.config import (
     ProxyEngine,
     validate_engine,
 )
+from specguard.canary.metrics_config import Metrics, ScrapeMetrics
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -428,6 +429,7 @@ class Rollout(FiniteModel):
     hooks: Hooks = Hooks()
     admin: Admin
     state: State = State()
+    metrics: Metrics = Field(default_factory=ScrapeMetrics, description="where the pools' server metrics are read")
 
     @field_validator("engine", mode="wrap")
     @classmethod
