@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from specguard.canary.observability.conventions import POOL_LABEL
+from specguard.server_metrics.prometheus_api import PrometheusApi
 from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
 
@@ -106,3 +107,18 @@ async def send_streams(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         await asyncio.gather(*(one(session, i) for i in range(n)))
     return done
+
+
+async def wait_scraped(api: PrometheusApi, targets: int, timeout_s: float = 60.0) -> None:
+    """Until ``targets`` targets are up and each was scraped at least three times (a bounded wait, not a measurement)."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    query = "count(count_over_time(up[1m]) >= 3 and up == 1)"
+    while time.monotonic() < deadline:
+        found = await api.instant(query)
+        if found and found[0].points[0][1] >= targets:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"Prometheus did not scrape the {targets} targets within {timeout_s:g} s")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from specguard.server_metrics import names
 from specguard.server_metrics.histograms import Histogram, histogram_quantile
 from specguard.server_metrics.prometheus_api import PrometheusApi, PromQLError
 from specguard.vllm.knowledge import Version, parse_version
-from tests.prometheus_harness import SCRAPE_INTERVAL_S, PrometheusProcess, pool_jobs, send_streams
+from tests.prometheus_harness import SCRAPE_INTERVAL_S, PrometheusProcess, pool_jobs, send_streams, wait_scraped
 
 pytestmark = pytest.mark.vllm
 
@@ -38,18 +37,6 @@ N = 12  # streams per server
 TOKENS = 24  # tokens per stream
 QUIET_S = 3 * SCRAPE_INTERVAL_S  # more than two scrape intervals between the load and each edge's read
 POOLS = ("baseline", "candidate")
-
-
-async def wait_scraped(api: PrometheusApi, targets: int, timeout_s: float = 60.0) -> None:
-    """Until every target is up and has been scraped at least three times (a bounded wait, not a measurement)."""
-    deadline = time.monotonic() + timeout_s
-    query = f'count(count_over_time(up{{{POOL_LABEL}!=""}}[1m]) >= 3 and up == 1)'
-    while time.monotonic() < deadline:
-        found = await api.instant(query)
-        if found and found[0].points[0][1] >= targets:
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"Prometheus did not scrape the {targets} targets within {timeout_s:g} s")
 
 
 @dataclass

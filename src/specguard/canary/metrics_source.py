@@ -218,8 +218,12 @@ def pool_queries(pool: PoolName, release: Version) -> dict[tuple[str, str], str]
     return out
 
 
-def _points(start_s: float, end_s: float, results: Mapping[tuple[str, str], list[Series]]) -> list[PoolPoint]:
-    """Range-query results as points, one per step time; a histogram only where all its series have a value."""
+def _points(results: Mapping[tuple[str, str], list[Series]]) -> list[PoolPoint]:
+    """Range-query results as points, one per step time; a histogram only where all its series have a value.
+
+    The step times are Prometheus' own (the window's start in milliseconds, then every step): not filtered
+    again here, since the start rounded to the millisecond may lie a fraction before the window's start.
+    """
     by_t: dict[float, PoolPoint] = {}
     buckets: dict[tuple[float, str], dict[float, float]] = {}
     parts: dict[tuple[float, str, str], float] = {}
@@ -244,7 +248,7 @@ def _points(start_s: float, end_s: float, results: Mapping[tuple[str, str], list
             continue
         bounds = sorted(by_le)
         point(t).histograms[canonical] = Histogram(bounds=bounds, cumulative=[by_le[b] for b in bounds], sum=total, count=count)
-    return [by_t[t] for t in sorted(by_t) if start_s <= t <= end_s]
+    return [by_t[t] for t in sorted(by_t)]
 
 
 class PrometheusSource:
@@ -266,7 +270,7 @@ class PrometheusSource:
         for pool in self.pools:
             queries = pool_queries(pool, self.release)
             answers = await asyncio.gather(*(self.api.range(q, start_s, end_s, self.step_s) for q in queries.values()))
-            points = _points(start_s, end_s, dict(zip(queries, answers, strict=True)))
+            points = _points(dict(zip(queries, answers, strict=True)))
             out[pool] = PoolWindow(pool=pool, source=self.kind, start_s=start_s, end_s=end_s, points=points)
         return out
 
