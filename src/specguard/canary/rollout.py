@@ -34,6 +34,7 @@ from specguard.canary.engines.config import (
     validate_engine,
 )
 from specguard.canary.observability.grafana_config import GrafanaConfig
+from specguard.canary.metrics_config import Metrics, ScrapeMetrics
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -430,6 +431,7 @@ class Rollout(FiniteModel):
     admin: Admin
     state: State = State()
     grafana: GrafanaConfig | None = Field(default=None, description="post each decision as a Grafana annotation")
+    metrics: Metrics = Field(default_factory=ScrapeMetrics, description="where the pools' server metrics are read")
 
     @field_validator("engine", mode="wrap")
     @classmethod
