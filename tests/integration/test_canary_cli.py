@@ -177,8 +177,7 @@ def test_bad_input_is_refused_before_anything_listens(pools, tmp_path: Path) -> 
     assert not (tmp_path / "state.sqlite").exists(), "nothing written before the token was found"
     r = specguard("canary", "status", "--state", str(tmp_path / "nope.sqlite"), "--json")
     assert r.returncode == 2 and json.loads(r.stdout)["error"]["exit_code"] == 2
-    # An engine other than the proxy is a valid rollout file that canary run does not drive yet: refused, not
-    # silently served by the proxy on the default address.
+    # A Gateway engine judged through Prometheus: its token variable unset is refused before anything is written.
     gateway = tmp_path / "gateway.yaml"
     doc = {k: v for k, v in yaml.safe_load(rollout.read_text()).items() if k not in ("listen", "split")}
     doc["engine"] = {
@@ -191,9 +190,10 @@ def test_bad_input_is_refused_before_anything_listens(pools, tmp_path: Path) -> 
             "candidate": {"kind": "InferencePool", "name": "c"},
         },
     }
+    doc["metrics"] = {"source": "prometheus", "url": "http://127.0.0.1:9", "token_env": "SG_TEST_PROM_TOKEN"}
     gateway.write_text(yaml.safe_dump(doc))
     r = specguard("canary", "run", str(gateway), env=with_token())
-    assert r.returncode == 2 and "engine gateway-api is not driven by 'canary run' yet" in r.stderr, r.stderr
+    assert r.returncode == 2 and "metrics.token_env" in r.stderr and "SG_TEST_PROM_TOKEN" in r.stderr, r.stderr
     assert not (tmp_path / "state.sqlite").exists()
 
 

@@ -32,7 +32,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
@@ -42,11 +42,12 @@ from specguard.canary.policy import analysis_policy, gauge_results, rollout_rule
 from specguard.canary.pool_watch import BurstDetector, PoolWatcher, window_gauges
 from specguard.canary.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.rollout import Rollout
-from specguard.canary.split import PoolName
+from specguard.canary.server_side import ServerSideWindows
 from specguard.canary.status import read_status
 from specguard.canary.store import CanaryStore
+from specguard.canary.traffic import Traffic
 
-__all__ = ["CanaryController", "WeightedProxy"]
+__all__ = ["CanaryController"]
 
 # How often the pools' /metrics are read within a window: four reads give a gauge mean and counter deltas
 # without adding load a server would notice (a vLLM /metrics page is ~100 KB).
@@ -54,14 +55,6 @@ _READS_PER_WINDOW = 4
 _MAX_READ_INTERVAL_S = 15.0
 # Requests are written to the state file at least this often, so that a crash loses at most this much.
 _FLUSH_S = 1.0
-
-
-class WeightedProxy(Protocol):
-    """What the controller needs of the proxy (``canary.proxy.CanaryProxy``)."""
-
-    def set_weights(self, candidate: float, control: float, step: int) -> None: ...
-    def in_flight(self) -> dict[PoolName, int]: ...
-    def count_decision(self, kind: str) -> None: ...
 
 
 def _move_text(d: Decision) -> str:
@@ -73,17 +66,21 @@ class CanaryController:
         self,
         rollout: Rollout,
         store: CanaryStore,
-        proxy: WeightedProxy,
+        traffic: Traffic,
         watcher: PoolWatcher,
         *,
         log: Callable[[str], None] = print,
         clock: Callable[[], float] = time.time,
         drain_s: float = 300.0,
         annotations: GrafanaAnnotations | None = None,
+        server_side: ServerSideWindows | None = None,
     ) -> None:
         self.rollout = rollout
         self.store = store
-        self.proxy = proxy
+        self.traffic = traffic
+        # Behind HAProxy or a Gateway no record comes in: windows are judged on the pools' own series.
+        self.server_side = server_side
+        self._weights_pending = False
         self.watcher = watcher
         self.log = log
         self.clock = clock
@@ -121,7 +118,7 @@ class CanaryController:
             state = ControllerState(step=0, percent=self.rule.steps[0].percent, step_started_unix=now, updated_unix=now)
         else:
             state = state.model_copy(update={"updated_unix": now})
-        self._apply_weights(state)
+        self._apply_weights_at_start(state)
         self._decided(
             state,
             "started",
@@ -167,11 +164,21 @@ class CanaryController:
         )
         self.log(f"warning: Grafana annotation for the {failed.kind} decision not posted: {failed.why}")
 
-    def _apply_weights(self, state: ControllerState) -> None:
-        """The proxy's weights for a state: the candidate's share, and the control pool's equal share while it runs."""
+    def _shares(self, state: ControllerState) -> tuple[float, float]:
+        """The weights for a state: the candidate's share, and the control pool's equal share while it runs."""
         cand = state.percent / 100.0
         control = cand if self.has_control and state.status in ("running", "paused") and cand < 1.0 else 0.0
-        self.proxy.set_weights(cand, control, state.step)
+        return cand, control
+
+    def _apply_weights_at_start(self, state: ControllerState) -> None:
+        """At construction: the proxy's shares at once; an engine's when ``run`` starts (it must be awaited)."""
+        if self.traffic.immediate:
+            self.traffic.set_weights_now(*self._shares(state), state.step)
+        else:
+            self._weights_pending = True
+
+    async def _apply_weights(self, state: ControllerState) -> None:
+        await self.traffic.set_weights(*self._shares(state), state.step)
 
     def status(self) -> dict[str, Any]:
         doc = read_status(self.store, self.state)
@@ -205,7 +212,7 @@ class CanaryController:
                 )
             )
             # The weight drops at once, before the controller's task gets to the decision and the hooks.
-            self.proxy.set_weights(0.0, 0.0, self.state.step)
+            self.traffic.set_weights_now(0.0, 0.0, self.state.step)  # records come only from the proxy
             self._wake.set()
 
     def _flush(self) -> None:
@@ -220,6 +227,11 @@ class CanaryController:
         window_s = self.rollout.analysis.window_s
         read_every = min(window_s / _READS_PER_WINDOW, _MAX_READ_INTERVAL_S)
         loop = asyncio.get_running_loop()
+        if self._weights_pending:
+            await self._apply_weights(self.state)
+            self._weights_pending = False
+        if self.server_side is not None:
+            await self.server_side.begin()
         window_start = self.clock()
         window_t0 = loop.time()
         next_read = window_t0
@@ -236,6 +248,8 @@ class CanaryController:
                 next_read = now_m + read_every
                 if self.state.status in ("running", "paused"):
                     self._critical.extend(await self.watcher.read_all())
+                    if self.server_side is not None:
+                        await self.server_side.poll()
             if self._critical and self.state.status in ("running", "paused"):
                 events, self._critical = self._critical, []
                 await self._critical_rollback(events)
@@ -289,17 +303,24 @@ class CanaryController:
         readings = self.watcher.take_window()
         if self.state.status not in ("running", "paused"):
             return
-        gauges, acceptance = window_gauges(readings)
         self.state.look += 1
-        segments = samples_by_segment(records, self.has_control)
-        analysis = analyse_window(self.policy, segments, self.state.look, seed=self.state.look)
-        analysis = _with_gauges(analysis, gauge_results(self.rollout.analysis.metrics, gauges))
         counts: dict[str, int] = {}
+        if self.server_side is not None:
+            judged = await self.server_side.judge(start, end, self.state.look, has_control=self.has_control)
+            analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
+            counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
+        else:
+            gauges, acceptance = window_gauges(readings)
+            segments = samples_by_segment(records, self.has_control)
+            analysis = analyse_window(self.policy, segments, self.state.look, seed=self.state.look)
+            analysis = _with_gauges(analysis, gauge_results(self.rollout.analysis.metrics, gauges))
         for r in records:
             counts[r.pool] = counts.get(r.pool, 0) + 1
         self.state.requests_in_step += sum(
             1 for r in records if r.pool == "candidate" and not r.retried and r.step == self.state.step
         )
+        if self.server_side is not None:
+            self.state.requests_in_step += judged.candidate_requests
         failures = [r for r in analysis.results if r.verdict == "FAIL"]
         window = WindowRecord(step=self.state.step, verdict=analysis.verdict, failures=failures)
         self.state.windows.append(window.model_dump(mode="json"))
@@ -354,7 +375,7 @@ class CanaryController:
         st = self.state
         before = st.percent
         if decision.kind == "rollback":
-            self.proxy.set_weights(0.0, 0.0, st.step)  # new requests first; the bookkeeping follows
+            await self.traffic.set_weights(0.0, 0.0, st.step)  # new requests first; the bookkeeping follows
             st.status, st.percent = "rolled_back", 0.0
         elif decision.kind == "promote":
             st.status, st.percent = "promoted", 100.0
@@ -374,11 +395,11 @@ class CanaryController:
             details=details,
             from_percent=before,
         )
-        self.proxy.count_decision(decision.kind)
+        self.traffic.count_decision(decision.kind)
         if decision.kind != "hold":
             self.log(f"{_move_text(decision)}: " + "; ".join(r.text for r in decision.reasons[:4]))
         if decision.kind in ("advance", "promote"):
-            self._apply_weights(st)
+            await self._apply_weights(st)
         if decision.kind == "rollback":
             await self._drain_candidate()
             await self._run_hooks("rollback", self.rollout.hooks.rollback)
@@ -392,10 +413,12 @@ class CanaryController:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_s
         while loop.time() < deadline:
-            flight = self.proxy.in_flight()
+            flight = await self.traffic.in_flight()
+            if flight is None:  # the engine does not count streams (a Gateway): nothing to wait for
+                return
             if flight.get("candidate", 0) == 0 and flight.get("control", 0) == 0:
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(self.traffic.drain_poll_s)
         self.log(f"rollback: candidate streams still in flight after {self.drain_s:g} s; running the hooks anyway")
 
     async def _run_hooks(self, phase: str, commands: Sequence[Sequence[str]]) -> list[HookResult]:
@@ -464,7 +487,7 @@ class CanaryController:
             self._decided(
                 st, "decision", time=now, decision=action, reasons=[reason], details={"by": "admin-api"}, from_percent=st.percent
             )
-            self.proxy.count_decision(action)
+            self.traffic.count_decision(action)
             self.log(reason)
         elif action in ("promote", "rollback"):
             code = "manual_promote" if action == "promote" else "manual_rollback"

@@ -13,6 +13,7 @@ A restarted controller resumes at the same weight and step: sticky keys hash to 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -24,7 +25,12 @@ from prometheus_client import CollectorRegistry
 
 from specguard.canary.admin import admin_app, read_token
 from specguard.canary.controller import CanaryController
-from specguard.canary.engines.config import ProxyEngine
+from specguard.canary.engines import TrafficDriver
+from specguard.canary.engines.config import GatewayApiEngine, HAProxyEngine, ProxyEngine
+from specguard.canary.engines.gateway_api import GatewayApiDriver
+from specguard.canary.engines.haproxy import HAProxyDriver
+from specguard.canary.metrics_config import PrometheusMetrics
+from specguard.canary.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource
 from specguard.canary.observability.annotations import (
     DASHBOARD_INVENTORY,
     GrafanaAnnotations,
@@ -32,13 +38,18 @@ from specguard.canary.observability.annotations import (
     read_grafana_token,
 )
 from specguard.canary.observability.dashboard import dashboard_uid
+from specguard.canary.policy import analysis_policy
 from specguard.canary.pool_watch import PoolWatcher
-from specguard.canary.pools import start_pools
+from specguard.canary.pools import StartedPools, start_pools
 from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import CanaryStatus, ProxiedRequest
 from specguard.canary.rollout import Rollout, split_listen
+from specguard.canary.server_side import ServerSideWindows
 from specguard.canary.store import CanaryStore, StoreMeta
+from specguard.canary.traffic import EngineTraffic, ProxyTraffic
 from specguard.errors import OptionError, ServerError
+from specguard.server_metrics.prometheus_api import PrometheusApi
+from specguard.vllm.knowledge import Version, VersionParseError, parse_version
 
 __all__ = ["CanaryOutcome", "run_canary"]
 
@@ -73,15 +84,9 @@ async def run_canary(
     drain_s: float = 30.0,
     stop: asyncio.Event | None = None,
 ) -> CanaryOutcome:
-    if not isinstance(rollout.engine, ProxyEngine):
-        # The HAProxy and Gateway API engines have their models (and the Gateway API its driver), but the judge
-        # still needs per-request records, which only the proxy makes; a Prometheus source is to come.
-        raise OptionError(
-            f"rollout {rollout.name!r}: engine {rollout.engine.type} is not driven by 'canary run' yet; "
-            "only the built-in proxy (engine: proxy) is"
-        )
     token = read_token(rollout.admin)  # refused before anything starts
     grafana_token = read_grafana_token(rollout.grafana) if rollout.grafana is not None else None
+    prometheus_token = read_metrics_token(rollout)
     state_path = Path(rollout.state.path)
     meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.model_dump(mode="json"), created_unix=time.time())
     store = CanaryStore.create_or_open(state_path, meta)
@@ -109,6 +114,11 @@ async def run_canary(
                 dashboard=rollout.grafana.dashboard_uid or dashboard_uid(rollout.name),
             )
             annotations.pin_inventories(store.inventories())
+        if not isinstance(rollout.engine, ProxyEngine):
+            status = await _run_with_engine(
+                rollout, pools, store, token, prometheus_token, annotations, stop, log, exit_when_finished, drain_s
+            )
+            return CanaryOutcome(status=status, interrupted=stop.is_set())
         registry = CollectorRegistry()
         holder: list[CanaryController] = []
 
@@ -117,7 +127,9 @@ async def run_canary(
 
         proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
         watcher = PoolWatcher(pools.upstreams)
-        controller = CanaryController(rollout, store, proxy, watcher, log=log, drain_s=drain_s, annotations=annotations)
+        controller = CanaryController(
+            rollout, store, ProxyTraffic(proxy), watcher, log=log, drain_s=drain_s, annotations=annotations
+        )
         holder.append(controller)
         proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
         try:
@@ -148,3 +160,92 @@ async def run_canary(
         if pools is not None:
             await asyncio.to_thread(pools.stop)
         store.close()
+
+
+def read_metrics_token(rollout: Rollout) -> str | None:
+    """The Prometheus bearer token, from the variable ``metrics.token_env`` names; refused before anything starts."""
+    metrics = rollout.metrics
+    if not isinstance(metrics, PrometheusMetrics) or metrics.token_env is None:
+        return None
+    value = os.environ.get(metrics.token_env)
+    if not value:
+        raise OptionError(f"metrics.token_env: the environment variable {metrics.token_env} is not set (or empty)")
+    return value
+
+
+def _release(rollout: Rollout, pools: StartedPools) -> Version:
+    """The vLLM release whose metric names Prometheus is asked for: the file's, else the candidate's, else the baseline's."""
+    if isinstance(rollout.metrics, PrometheusMetrics) and rollout.metrics.release is not None:
+        return rollout.metrics.release
+    seen = []
+    for pool in ("candidate", "baseline"):
+        text = str(pools.inventories.get(pool, {}).get("vllm_version") or "")
+        seen.append(text)
+        try:
+            return parse_version(text)
+        except VersionParseError:
+            continue
+    raise OptionError(
+        f"metrics.vllm_version: the pools report no vLLM release ({', '.join(repr(v) for v in seen)}); "
+        "name the release whose metric names Prometheus holds"
+    )
+
+
+def _driver(rollout: Rollout) -> TrafficDriver:
+    engine = rollout.engine
+    if isinstance(engine, HAProxyEngine):
+        return HAProxyDriver(engine)
+    if isinstance(engine, GatewayApiEngine):
+        return GatewayApiDriver(engine, rollout.name)
+    raise OptionError(f"engine {engine.type}: no driver")
+
+
+async def _run_with_engine(
+    rollout: Rollout,
+    pools: StartedPools,
+    store: CanaryStore,
+    token: str,
+    prometheus_token: str | None,
+    annotations: GrafanaAnnotations | None,
+    stop: asyncio.Event,
+    log: Callable[[str], None],
+    exit_when_finished: bool,
+    drain_s: float,
+) -> CanaryStatus:
+    """HAProxy or a Gateway carries the requests: no proxy; the driver moves the weights, the pools' own series
+    (and HAProxy's response counters) are the evidence, through the same controller."""
+    driver = _driver(rollout)
+    source: PoolMetricsSource
+    if isinstance(rollout.metrics, PrometheusMetrics):
+        api = PrometheusApi(str(rollout.metrics.url), prometheus_token, rollout.metrics.timeout_s)
+        source = PrometheusSource(api, list(pools.upstreams), _release(rollout, pools), rollout.metrics.step_s)
+    else:
+        source = ScrapeSource(pools.upstreams)
+    haproxy = rollout.engine if isinstance(rollout.engine, HAProxyEngine) else None
+    server_side = ServerSideWindows(
+        source,
+        analysis_policy(rollout),
+        list(rollout.analysis.metrics),
+        haproxy=haproxy,
+        stats=driver.server_stats if isinstance(driver, HAProxyDriver) else None,
+    )
+    watcher = PoolWatcher(pools.upstreams)
+    controller = CanaryController(
+        rollout, store, EngineTraffic(driver), watcher, log=log, drain_s=drain_s, annotations=annotations, server_side=server_side
+    )
+    admin_runner = await _site(admin_app(controller, token, CollectorRegistry(), log), rollout.admin.listen, "admin API", 5.0)
+    log(
+        f"canary {rollout.name}: engine {rollout.engine.type}, metrics from {source.kind}, "
+        f"admin API on {rollout.admin.listen}, state {rollout.state.path}"
+    )
+    try:
+        status = await controller.run(stop, exit_when_finished=exit_when_finished)
+    finally:
+        await admin_runner.cleanup()
+        await driver.close()
+        await server_side.close()
+        await watcher.close()
+        if annotations is not None:
+            await annotations.close()
+        controller.on_stopped(0)
+    return status

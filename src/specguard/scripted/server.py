@@ -42,7 +42,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import Histogram as PromHistogram
 from pydantic import BaseModel, Field, model_validator
+
+from specguard.scripted.vllm_buckets import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 
 SERVED_NAME = "scripted"
 Fault = Literal["hang", "drop", "http_500", "wrong_model_404", "malformed_sse", "no_done", "no_usage", "error_event"]
@@ -96,6 +100,18 @@ class ScriptedServer:
         self.closing = False  # set at shutdown, so that a hung request lets the server stop at once
         self.in_flight = 0
         self.rng = random.Random(script.seed)
+        # The latency histograms a vLLM server exposes, observed as vLLM does (ITL per chunk, which is per engine
+        # step there), on vLLM 0.32's bounds: what the canary judges pools behind HAProxy or a Gateway on.
+        self.registry = CollectorRegistry()
+        labels = ["engine", "model_name"]
+
+        def histogram(name: str, bounds: tuple[float, ...]) -> PromHistogram:
+            return PromHistogram(name, name, labels, buckets=bounds, registry=self.registry)
+
+        self.ttft = histogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS).labels("0", SERVED_NAME)
+        self.itl = histogram("vllm:inter_token_latency_seconds", ITL_BUCKETS).labels("0", SERVED_NAME)
+        self.tpot = histogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS).labels("0", SERVED_NAME)
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", E2E_BUCKETS).labels("0", SERVED_NAME)
 
     def metrics_text(self) -> str:
         if self.script.metrics == "garbage":
@@ -113,7 +129,7 @@ class ScriptedServer:
             f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="scripted"}} {self.finished}.0\n'
             "# TYPE vllm:generation_tokens counter\n"
             f'vllm:generation_tokens_total{{engine="0",model_name="scripted"}} {self.generated}.0\n'
-        )
+        ) + (generate_latest(self.registry).decode() if self.script.metrics == "new" else "")
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
@@ -203,8 +219,20 @@ class ScriptedServer:
         await resp.write_eof()
         self.finished += 1
         self.generated += total
+        self._observe(start, sent)
         self._log(request, rid, start, sent, tokens, fault)
         return resp
+
+    def _observe(self, start: float, sent: list[float]) -> None:
+        if not sent:
+            return
+        end = time.monotonic()
+        self.ttft.observe(sent[0] - start)
+        for a, b in zip(sent, sent[1:], strict=False):
+            self.itl.observe(b - a)
+        if len(sent) > 1:
+            self.tpot.observe((sent[-1] - sent[0]) / (len(sent) - 1))
+        self.e2e.observe(end - start)
 
     def _fault_for(self, body: dict[str, Any]) -> Fault | None:
         """This request's fault: the script's on every fault_every-th request; a wrong model always, with 404."""

@@ -1,10 +1,6 @@
 """The histogram judge on synthetic windows: known draws binned into vLLM's own bucket bounds, read cumulatively.
 
-Bucket bounds are copied from the vLLM source in specguard's CPU runtime, vllm 0.32.0,
-``vllm/v1/metrics/buckets.py`` (``TIME_TO_FIRST_TOKEN_BUCKETS``, ``INTER_TOKEN_LATENCY_BUCKETS``,
-``REQUEST_LATENCY_BUCKETS``), which ``vllm/v1/metrics/loggers.py`` passes to
-``vllm:time_to_first_token_seconds``, ``vllm:inter_token_latency_seconds`` (and
-``vllm:request_time_per_output_token_seconds``) and ``vllm:e2e_request_latency_seconds``.
+Bucket bounds: vLLM 0.32.0's, ``specguard.scripted.vllm_buckets`` (copied from its source, where it says).
 """
 
 from __future__ import annotations
@@ -27,78 +23,9 @@ from specguard.canary.histogram_judge import (
 )
 from specguard.canary.histogram_tests import bucket_rank_test, pool_deltas
 from specguard.canary.rollout import MetricBudget
+from specguard.scripted.vllm_buckets import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from specguard.server_metrics.histograms import Histogram, merge_histograms
 
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-E2E_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
-
-# name: (buckets, lognormal median in seconds, sigma): ITL of a busy decode, TTFT and E2E of short chats.
 SHAPES = {"itl": (ITL_BUCKETS, 0.03, 0.4), "ttft": (TTFT_BUCKETS, 0.2, 0.5), "e2e": (E2E_BUCKETS, 2.0, 0.3)}
 METRIC_KEY = {"itl": "itl_ms", "ttft": "ttft_ms", "e2e": "e2e_ms"}
 STEPS = 12
