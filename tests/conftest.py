@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,31 @@ def vllm_servers(runtime: VllmRuntime, models: ModelSet, vllm_logs: Path) -> Ite
     finally:
         for s in servers.values():
             s.stop()
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """What one ``make demo`` printed, and the run directory it wrote."""
+
+    result: subprocess.CompletedProcess[str]
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def demo_run(runtime: VllmRuntime, models: ModelSet) -> DemoRun:
+    """``make demo`` as the README says, once per session: four real servers started one after the other.
+
+    Its run is the README test's subject and the launched-arms test's evidence (about 7 minutes on 2 cores,
+    the suite's longest step: run twice, it was 159 s more for a second, smaller launched check).
+    """
+    root = Path(__file__).resolve().parents[1]
+    before = set((root / "runs").glob("demo-*")) if (root / "runs").exists() else set()
+    result = subprocess.run(
+        ["make", "demo"], cwd=root, capture_output=True, text=True, timeout=1200, env={**os.environ, "COLUMNS": "200"}
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (out,) = set((root / "runs").glob("demo-*")) - before
+    return DemoRun(result=result, out=out)
 
 
 @pytest.fixture

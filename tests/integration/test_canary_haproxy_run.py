@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from specguard.canary.engines.haproxy import HAProxyDriver
+from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
+from specguard.canary.report import read_canary_report_data
 from specguard.canary.rollout import load_rollout
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
@@ -115,6 +117,10 @@ async def test_a_slower_candidate_behind_haproxy_is_rolled_back_on_its_servers_h
     assert any(r["metric"].endswith("itl_ms") for r in failing), failing
     assert any("itl" in r for r in rollback.reasons), rollback.reasons
     assert tally.failed == 0, tally.errors[:3]
+    # the report says what the windows were judged on, and how
+    report = read_canary_report_data(Path(run.rollout.state.path))
+    assert report.definitions["source"] == HISTOGRAM_DEFINITIONS["source"]
+    assert "window distribution" in report.definitions and "step points" in report.definitions
 
 
 async def test_an_equal_candidate_behind_haproxy_is_promoted_and_haproxy_carries_its_share(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -156,14 +155,9 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
 
 
 @pytest.mark.vllm
-def test_make_demo_runs_the_main_job():
+def test_make_demo_runs_the_main_job(demo_run):
     """`make demo`, exactly as the README says: the packaged check plan on two real servers, verdict and report."""
-    before = set((ROOT / "runs").glob("demo-*")) if (ROOT / "runs").exists() else set()
-    r = subprocess.run(
-        ["make", "demo"], cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ, "COLUMNS": "200"}
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (out,) = set((ROOT / "runs").glob("demo-*")) - before
+    r, out = demo_run.result, demo_run.out
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] in r.stdout and f"report: {out.relative_to(ROOT)}/report.html" in r.stdout
     assert (out / "report.html").stat().st_size > 1_000_000  # plotly inlined: opens offline

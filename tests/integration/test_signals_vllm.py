@@ -69,13 +69,48 @@ def wait_measuring(proc: subprocess.Popen[str], out: Path, timeout_s: float = 60
     raise AssertionError("the first block never started measuring")
 
 
-def test_sigkill_of_a_check_leaves_no_vllm_server_behind(runtime, models, tmp_path):
-    proc, out = start_check(tmp_path)
-    procs = wait_measuring(proc, out)
-    assert len(procs) >= 4, "the vLLM API server, its engine core, the record writer and the scraper"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    assert not wait_gone(procs, 90), "every process of the run ends with its parent"
+def _serve(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    log = tmp_path / "serve.out"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specguard", "embedded", "serve", "--method", "baseline"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=sigint_default,
+        )
+    return proc, log
+
+
+def test_ctrl_c_of_serve_and_sigkill_of_a_check_leave_no_vllm_server_behind(runtime, models, tmp_path):
+    """Side by side, so that one server start's wait serves both (as two tests, 125 s and 61 s in CI):
+    ``specguard embedded serve`` gets SIGINT at its own PID only (``kill -INT``), and stops its server cleanly
+    with the table's exit code and no traceback; a check with launched arms is killed with SIGKILL in its
+    first block, and PR_SET_PDEATHSIG takes its server and helpers down with it."""
+    serve, serve_log = _serve(tmp_path)
+    check, out = start_check(tmp_path)
+    try:
+        check_procs = wait_measuring(check, out)
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and "ready:" not in serve_log.read_text():
+            assert serve.poll() is None, serve_log.read_text()
+            time.sleep(1)
+        assert "ready:" in serve_log.read_text()
+        serve_procs = descendants(serve.pid)
+        assert len(check_procs) >= 4, "the vLLM API server, its engine core, the record writer and the scraper"
+        assert len(serve_procs) >= 2, "the vLLM API server and its engine core"
+        serve.send_signal(signal.SIGINT)
+        os.kill(check.pid, signal.SIGKILL)
+        check.communicate(timeout=30)
+        serve.wait(timeout=60)
+        assert not wait_gone(check_procs, 90), "every process of the check ends with its parent"
+        assert not wait_gone(serve_procs, 60), "server left running after Ctrl-C"
+        assert serve.returncode == 130 and "interrupted" in serve_log.read_text(), "Ctrl-C: the table's exit code"
+        assert "Traceback" not in serve_log.read_text()
+    finally:
+        for p in (serve, check):
+            if p.poll() is None:
+                p.kill()
 
 
 def test_ctrl_c_to_the_group_stops_the_demo_cleanly_and_says_how_to_resume(runtime, models, tmp_path):

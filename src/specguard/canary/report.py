@@ -24,6 +24,7 @@ from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import per_token_itl, tpot
 from specguard.canary.analysis import MetricResult, WindowAnalysis
 from specguard.canary.decision import CanaryReason, Decision
+from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
 from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.canary.rollout import Rollout
 from specguard.errors import OutputExistsError, OutputWriteError
@@ -401,8 +402,17 @@ def build_canary_report_data(
         pools=_pools(requests, rollout),
         inventories=[InventoryTable(name=name, rows=_flatten(inv)) for name, inv in inventories.items()],
         error_control=_error_control(window_events, rollout),
-        definitions={**{k: METRIC_DEFINITIONS[k] for k in metric_keys}, **CANARY_DEFINITIONS},
+        definitions={
+            **{k: METRIC_DEFINITIONS[k] for k in metric_keys},
+            **CANARY_DEFINITIONS,
+            # behind HAProxy or a Gateway the windows were judged on the servers' histograms: say how
+            **(HISTOGRAM_DEFINITIONS if _server_side(window_events) else {}),
+        },
     )
+
+
+def _server_side(windows: Sequence[CanaryEvent]) -> bool:
+    return any(w.details.get("analysis", {}).get("source") == "server_histograms" for w in windows)
 
 
 def write_canary_report(data: CanaryReportData, out_dir: Path, force: bool = False) -> list[Path]:

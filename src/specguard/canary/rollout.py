@@ -33,8 +33,8 @@ from specguard.canary.engines.config import (
     ProxyEngine,
     validate_engine,
 )
-from specguard.canary.observability.grafana_config import GrafanaConfig
 from specguard.canary.metrics_config import Metrics, ScrapeMetrics
+from specguard.canary.observability.grafana_config import GrafanaConfig
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -484,6 +484,12 @@ class Rollout(FiniteModel):
             # The control pool takes the candidate's share from the baseline: both fit only up to 50 %.
             raise ValueError("with a control pool, every step before the last is at most 50 %")
         return self
+
+    def stored(self) -> dict[str, Any]:
+        """The rollout as its state file keeps it (and reads it back): every key with its value, except the
+        proxy's own keys under another engine, which that engine's rollout refuses."""
+        exclude = None if isinstance(self.engine, ProxyEngine) else set(PROXY_ONLY_KEYS)
+        return self.model_dump(mode="json", exclude=exclude)
 
 
 def _engine_problems(rollout: Rollout, written: set[str]) -> list[tuple[tuple[str | int, ...], str]]:

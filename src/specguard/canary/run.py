@@ -88,7 +88,7 @@ async def run_canary(
     grafana_token = read_grafana_token(rollout.grafana) if rollout.grafana is not None else None
     prometheus_token = read_metrics_token(rollout)
     state_path = Path(rollout.state.path)
-    meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.model_dump(mode="json"), created_unix=time.time())
+    meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.stored(), created_unix=time.time())
     store = CanaryStore.create_or_open(state_path, meta)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

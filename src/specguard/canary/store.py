@@ -77,7 +77,7 @@ class StoreMeta:
     """What a state file was started with; fixed at creation."""
 
     rollout_name: str
-    rollout: dict[str, Any]  # the Rollout's model_dump(mode="json")
+    rollout: dict[str, Any]  # Rollout.stored()
     created_unix: float
 
 
