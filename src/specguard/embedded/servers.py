@@ -17,7 +17,19 @@ SERVED_NAME = "specguard-tiny"
 # models and keeps two servers within 2 x 3 GB. Intel OpenMP's threads spin for 200 ms after each
 # parallel region by default; on shared cores that starved the client (event-loop lag p99 92 ms under
 # concurrency 8, 3.8 ms with KMP_BLOCKTIME=0, at the same throughput).
-EMBEDDED_SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "KMP_BLOCKTIME": "0"}
+#
+# Start-up: vLLM's CPU platform runs the model in a worker process of its own, one more import of torch and vLLM
+# (~14 s on 2 cores), unless V1 multiprocessing is off, when the engine core runs it itself; and its default
+# AOT compile cache fails to load on this build ("'function' object has no attribute 'finalize_loading'") and
+# recompiles every time (~23 s), where torch.compile's own cache loads. Measured here, one server on an idle
+# machine: start 62 s -> 40 s (n-gram 37 s), five 64-token requests 2.7 s -> 1.4 s. A CPU server's speed is
+# not a GPU's either way; the embedded servers are for trying specguard and testing it.
+EMBEDDED_SERVER_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "KMP_BLOCKTIME": "0",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_USE_AOT_COMPILE": "0",
+}
 
 NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
 
