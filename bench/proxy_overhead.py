@@ -1,16 +1,27 @@
-"""How much latency and CPU specguard's canary proxy adds to streamed responses, next to HAProxy.
+"""How much latency and CPU specguard's canary proxy adds to streamed responses, next to HAProxy as specguard
+drives it, and how soon after a rollback decision each engine stops sending new requests to the speculative pool.
 
-One run, one backend: the scripted fake server (``specguard.scripted``, a fake, for its exact schedule:
-TTFT 50 ms, then a chunk every 20 ms, 64 chunks, continuous usage) in its own process. Three paths to it:
+One run, two backends: the scripted fake server (``specguard.scripted``, a fake, for its exact schedule and its
+per-request log: TTFT 50 ms, then a chunk every 20 ms, 64 chunks, continuous usage), one process as the baseline
+pool and one as the speculative (candidate) pool. Four paths:
 
-  direct     the client talks to the backend;
-  specguard  through ``CanaryProxy`` (both pools = the one backend, candidate weight 0), run in a process of
-             its own on uvloop, as ``specguard canary run`` runs it, counting records in ``on_record``;
-  haproxy    through HAProxy (Debian's 2.6: ``apt-get install haproxy``), config generated here: mode http,
-             no request buffering (``http-buffer-request`` off, HAProxy's default), responses streamed as
-             they arrive (HAProxy's default for chunked bodies), ``option http-no-delay`` (no MSG_MORE
-             batching: the canary's aiohttp sockets are TCP_NODELAY too), large timeouts, maxconn 4096,
-             and ``nbthread 1``, to be fair to the single-threaded Python proxy.
+  direct           the client talks to the baseline backend;
+  specguard        through ``CanaryProxy`` with the two backends as its baseline and candidate pools at a candidate
+                   weight of 50 %, run in a process of its own on uvloop, as ``specguard canary run`` runs it,
+                   counting records in ``on_record``; a second port in that process is the bench's admin endpoint
+                   (``POST /weights``: the proxy's ``set_weights`` in its own process);
+  haproxy          through HAProxy (Debian's 2.6: ``apt-get install haproxy``) with the configuration ``specguard
+                   canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
+                   haproxy``, as it is: one backend, the two servers as its members, round robin, HAProxy's own
+                   thread count; the weights set to 50/50 through ``HAProxyDriver`` by a controller process (this
+                   file, ``--serve-controller``: the HAProxy engine's part of ``canary run``, with the same admin
+                   endpoint);
+  haproxy-nodelay  the same generated configuration plus ``option http-no-delay`` in its defaults, and the same
+                   weights: the reference for the target below. It replaces this bench's earlier hand-written
+                   HAProxy (one server, ``nbthread 1``, ``http-no-delay``): both HAProxy paths now carry the same
+                   50/50 split as the built-in proxy, from the configuration specguard ships; ``haproxy`` shows
+                   what the generated configuration costs without the option (HAProxy sends small response data
+                   with MSG_MORE, and the kernel holds it up to its 200 ms cork timer).
 
 Load: ``specguard bench`` (``run_bench``) at 256 concurrent streams per pass. The passes alternate between
 the paths (a round is one pass of each, the order rotated every round) after one warm-up pass per path.
@@ -23,16 +34,28 @@ difference of percentiles, paired by round rather than by request (the requests 
 the same requests). The median, not the best, because the CPUs are shared with other work whose bursts hit
 whichever pass is running: the best pass of each path would reward luck; the median drops one bad pass.
 
-The target: specguard's added p99 no more than 2x HAProxy's, for TTFT and per-chunk (delivery) latency.
+The target: specguard's added p99 no more than 2x HAProxy's (haproxy-nodelay), for TTFT and per-chunk latency.
+
+Rollback latency, per engine (the built-in proxy and HAProxy as generated), after the passes: under ROLLBACK_WAVES x
+256 requests at 256 streams, at a moment drawn uniformly from ROLLBACK_WINDOW_S after the load starts dispatching,
+the bench posts a rollback to the engine's admin endpoint. t0 is ``time.monotonic()`` in the engine's process just
+before ``set_weights(0, 0, step)`` is called (the proxy's, synchronous; ``HAProxyDriver``'s, which reads the state,
+sets the weights and reads them back): the decision as ``canary run`` makes it, in the process that makes it; the
+HTTP hop from the bench to the endpoint comes before t0 and is not counted. The call's duration is t1 - t0, stamped
+there too. "The last new request reaching the speculative pool" is the largest ``start - t0`` over the requests
+the speculative backend received after t0 (its ``ChunkLog.start``: monotonic, the same clock, one machine), up to
+the end of that load; a request it received before t0 was in flight and is not new. None received after t0 counts
+as 0. After each load the share goes back to 50 %. Rollbacks alternate between the engines, ``--rollbacks`` each.
 
 The client, its record writer, the backend, the proxy and HAProxy all share this machine's cores (2 on the
 development machine): nothing is pinned, because any pinning would favour one path; the contention is part
-of what is measured, and is the same for the three paths. ``specguard bench`` asks for continuous usage
+of what is measured, and is the same for every path. ``specguard bench`` asks for continuous usage
 itself, so the proxy's usage rewrite passes bytes through unchanged here; its cost on a stream that needs
 it is timed separately, in this process, on the backend's own chunk bytes.
 
-Not a test: the figures depend on the machine. Usage (about 3 minutes; --quick about 30 s):
-    PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024] [--profile]
+Not a test: the figures depend on the machine. Usage (--quick about 2 minutes on 2 shared cores):
+    PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024]
+        [--rollbacks 5] [--seed N] [--profile]
 """
 
 from __future__ import annotations
@@ -73,7 +96,7 @@ from specguard.canary.split import PoolName
 from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import UsageStripper, request_with_usage
 from specguard.loadgen.prompts import synthetic_prompts
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
 from specguard.results.store import load_run
 from specguard.scripted.process import ScriptedProcess
@@ -84,7 +107,10 @@ from specguard.vllm.server_spec import ServerSpec
 HAPROXY = "/usr/sbin/haproxy"
 CHUNKS = 64
 BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
-PATHS = ("direct", "specguard", "haproxy")
+# haproxy: the configuration 'specguard canary haproxy-config' writes, as it is; haproxy-nodelay: the same plus
+# 'option http-no-delay' (see HAProxyProcess), the reference the ratio target is measured against.
+PATHS = ("direct", "specguard", "haproxy", "haproxy-nodelay")
+REFERENCE = "haproxy-nodelay"
 ENGINES = ("specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
@@ -153,17 +179,25 @@ class HAProxyProcess(ManagedServer):
     ``specguard canary haproxy-config`` generates for the rollout, as it is (only the bind address is chosen).
     Ready when the runtime API answers and both servers pass their health checks."""
 
-    def __init__(self, rollout: Rollout, log_dir: Path) -> None:
+    def __init__(self, rollout: Rollout, log_dir: Path, *, no_delay: bool = False) -> None:
         super().__init__(
             ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "haproxy.log", startup_timeout_s=30
         )
         assert isinstance(rollout.engine, HAProxyEngine)
         self.rollout, self.engine = rollout, rollout.engine
         self.config = log_dir / "haproxy.cfg"
+        self.no_delay = no_delay
 
     def command(self, port: int) -> list[str]:
         self.config.parent.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(render_haproxy_config(self.rollout, bind=f"127.0.0.1:{port}"))
+        text = render_haproxy_config(self.rollout, bind=f"127.0.0.1:{port}")
+        if self.no_delay:
+            # Without it HAProxy sends small response data with MSG_MORE, and the kernel holds a partial segment
+            # until more comes or its 200 ms cork timer fires: each SSE chunk waits (measured here: +104 ms median
+            # delivery, ITL p50 0 as chunks arrive in bursts, at 32 streams).
+            assert "\ndefaults\n" in text
+            text = text.replace("\ndefaults\n", "\ndefaults\n    option http-no-delay\n", 1)
+        self.config.write_text(text)
         return [HAPROXY, "-db", "-f", str(self.config)]
 
     def is_ready(self) -> bool:
@@ -355,6 +389,14 @@ async def post_weights(session: aiohttp.ClientSession, admin_url: str, share: fl
     return float(got["t0"]), float(got["t1"])
 
 
+class Started(ProgressSink):
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def started(self, total: int | None, duration_s: float | None) -> None:
+        self.event.set()
+
+
 @dataclass
 class Rollback:
     engine: str
@@ -375,8 +417,10 @@ def one_rollback(engine: str, base_url: str, admin_url: str, step: int, out: Pat
     cfg = bench_config(base_url, out, concurrency, ROLLBACK_WAVES * concurrency)
 
     async def go() -> Rollback:
+        started = Started()
         async with aiohttp.ClientSession() as session:
-            load = asyncio.create_task(run_bench(cfg))
+            load = asyncio.create_task(run_bench(cfg, started))
+            await started.event.wait()  # run_bench first starts its record writer: the delay counts from the load
             await asyncio.sleep(delay_s)
             t0, t1 = await post_weights(session, admin_url, 0.0, step)
             summary = await load
@@ -492,10 +536,13 @@ def main() -> None:
             rollout = haproxy_rollout(tmp / "haproxy" / "admin.sock", baseline.base_url, speculative.base_url)
             proxy = ProxyProcess(baseline.base_url, speculative.base_url, tmp / "proxy", profile, a.proxy_backlog)
             haproxy = HAProxyProcess(rollout, tmp / "haproxy")
-            assert isinstance(rollout.engine, HAProxyEngine)
+            tuned_rollout = haproxy_rollout(tmp / "nodelay" / "admin.sock", baseline.base_url, speculative.base_url)
+            tuned = HAProxyProcess(tuned_rollout, tmp / "nodelay", no_delay=True)
+            assert isinstance(rollout.engine, HAProxyEngine) and isinstance(tuned_rollout.engine, HAProxyEngine)
+            tuned_driver = HAProxyDriver(tuned_rollout.engine)
             controller = ControllerProcess(rollout.engine, tmp / "controller")
-            with proxy, haproxy, controller:
-                assert proxy.proc is not None and haproxy.proc is not None
+            with proxy, haproxy, tuned, controller:
+                assert proxy.proc is not None and haproxy.proc is not None and tuned.proc is not None
                 if not admin_health(proxy.admin_url):
                     raise RuntimeError(f"the proxy's admin endpoint {proxy.admin_url} does not answer")
                 admins = {"specguard": proxy.admin_url, "haproxy": controller.admin_url}
@@ -503,18 +550,20 @@ def main() -> None:
                 async def first_step() -> None:  # the generated configuration starts the speculative server at 0
                     async with aiohttp.ClientSession() as session:
                         await post_weights(session, controller.admin_url, SHARE, 0)
+                    await tuned_driver.set_weights(SHARE, 0.0, 0)
 
                 run_async(first_step())
                 targets = {
                     "direct": (baseline.base_url, None),
                     "specguard": (proxy.base_url, proxy.proc.pid),
                     "haproxy": (haproxy.base_url, haproxy.proc.pid),
+                    "haproxy-nodelay": (tuned.base_url, tuned.proc.pid),
                 }
                 for path, (url, pid) in targets.items():  # warm-up: connection pools, first-call costs
                     one_pass(path, -1, url, pid, tmp / f"warm-{path}", a.concurrency, a.concurrency)
                 passes: list[Pass] = []
                 for rnd in range(a.rounds):
-                    order = PATHS[rnd % 3 :] + PATHS[: rnd % 3]
+                    order = PATHS[rnd % len(PATHS) :] + PATHS[: rnd % len(PATHS)]
                     for path in order:
                         url, pid = targets[path]
                         passes.append(one_pass(path, rnd, url, pid, tmp / f"{path}-{rnd}", a.concurrency, a.requests))
@@ -558,29 +607,38 @@ def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog],
     )
     print("all processes (client, record writer, backend, proxy, HAProxy) share the machine's cores; nothing pinned")
     head = "".join(f"{m + ' p50':>14}{m + ' p99':>14}" for m in METRICS)
-    print(f"\n{'path (ms)':<11}{head}{'CPU s/1k chunks':>17}")
+    print(f"\n{'path (ms)':<17}{head}{'CPU s/1k chunks':>17}")
     for path in PATHS:
         row = "".join(f"{med(path, f'{m}_p50'):14.2f}{med(path, f'{m}_p99'):14.2f}" for m in METRICS)
         cpu = "" if path == "direct" else f"{cpu_per_k(path):17.4f}"
-        print(f"{path:<11}{row}{cpu}")
+        print(f"{path:<17}{row}{cpu}")
     print("\nadded vs direct (ms; median over rounds of the paired difference of percentiles):")
     for path in PATHS[1:]:
         row = "".join(f"{added(path, f'{m}_p50'):+14.2f}{added(path, f'{m}_p99'):+14.2f}" for m in METRICS)
-        print(f"{path:<11}{row}")
+        print(f"{path:<17}{row}")
     print("\nper pass p99 (ms), round by round:")
     for m in ("ttft", "delivery"):
         for path in PATHS:
-            print(f"  {m:<9}{path:<10}" + "  ".join(f"{figs[path, r][f'{m}_p99']:7.2f}" for r in rounds))
-    ratios = {}
-    for m in METRICS:
-        sg, ha = added("specguard", f"{m}_p99"), added("haproxy", f"{m}_p99")
-        ratios[m] = max(sg, FLOOR_MS) / max(ha, FLOOR_MS)
+            print(f"  {m:<9}{path:<16}" + "  ".join(f"{figs[path, r][f'{m}_p99']:7.2f}" for r in rounds))
+    ratios: dict[str, dict[str, float]] = {}
+    for ref in PATHS[2:]:
+        ratios[ref] = {}
+        for m in METRICS:
+            sg, ha = added("specguard", f"{m}_p99"), added(ref, f"{m}_p99")
+            ratios[ref][m] = max(sg, FLOOR_MS) / max(ha, FLOOR_MS)
     print(f"\nratio specguard-added p99 / HAProxy-added p99 (each floored at {FLOOR_MS} ms), target <= {TARGET_RATIO:g}x:")
+    print(f"  {'':<9}" + "".join(f"{'vs ' + ref:>26}" for ref in PATHS[2:]))
     for m in METRICS:
-        verdict = "meets" if ratios[m] <= TARGET_RATIO else "MISSES"
-        print(f"  {m:<9}{ratios[m]:6.2f}x  {verdict}")
-    cpu_sg, cpu_ha = cpu_per_k("specguard"), cpu_per_k("haproxy")
-    print(f"proxy CPU per 1,000 chunks: specguard {cpu_sg * 1e3:.1f} ms, HAProxy {cpu_ha * 1e3:.1f} ms ({cpu_sg / cpu_ha:.1f}x)")
+        cells = []
+        for ref in PATHS[2:]:
+            verdict = "meets" if ratios[ref][m] <= TARGET_RATIO else "MISSES"
+            cells.append(f"{ratios[ref][m]:12.2f}x  {verdict:<6}")
+        print(f"  {m:<9}" + "".join(f"{c:>26}" for c in cells))
+    cpu_sg, cpu_ha, cpu_ref = cpu_per_k("specguard"), cpu_per_k("haproxy"), cpu_per_k(REFERENCE)
+    print(
+        f"proxy CPU per 1,000 chunks: specguard {cpu_sg * 1e3:.1f} ms, HAProxy {cpu_ha * 1e3:.1f} ms as generated, "
+        f"{cpu_ref * 1e3:.1f} ms with http-no-delay ({cpu_sg / cpu_ref:.1f}x)"
+    )
     print(
         "usage rewrite (not exercised above: bench asks for usage itself): "
         f"{strip_cost_us(USAGE_CHUNK):.1f} us per chunk, in-process"
@@ -600,14 +658,15 @@ def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog],
         before = " ".join(str(r.before) for r in rs)
         print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}")
         print(f"  {'':<10}last new: {rb[engine]}")
-    print("\nREADME row:")
-    print(
-        f"| {platform.machine()}, {os.cpu_count()} cores, shared | {a.date} | {a.concurrency} streams | "
-        f"TTFT p99 +{added('specguard', 'ttft_p99'):.1f} ms (HAProxy +{added('haproxy', 'ttft_p99'):.1f}) | "
-        f"chunk p99 +{added('specguard', 'delivery_p99'):.1f} ms (HAProxy +{added('haproxy', 'delivery_p99'):.1f}) | "
-        f"{cpu_sg * 1e3:.0f} ms CPU/1k chunks (HAProxy {cpu_ha * 1e3:.0f}) | {ratios['ttft']:.1f}x / {ratios['delivery']:.1f}x |"
-    )
-    print(f"| rollback: last new request at the speculative pool after the decision | {rb['specguard']} | {rb['haproxy']} | |")
+    print("\nREADME rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
+    for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
+        m = key.removesuffix("_p99")
+        print(
+            f"| {label} | +{added('specguard', key):.1f} ms | +{added('haproxy', key):.1f} ms | "
+            f"+{added(REFERENCE, key):.1f} ms | {ratios[REFERENCE][m]:.1f}x |"
+        )
+    print(f"| CPU per 1,000 streamed chunks | {cpu_sg * 1e3:.0f} ms | {cpu_ha * 1e3:.0f} ms | {cpu_ref * 1e3:.0f} ms | |")
+    print(f"| rollback to the last new request at the speculative pool | {rb['specguard']} | {rb['haproxy']} | | |")
     print(f"took {took:.0f} s")
 
 
