@@ -405,6 +405,7 @@ class Rollback:
     end: float  # the load finished (every stream of it done)
     before: int = 0  # requests the speculative pool received in the second before t0 (it was carrying traffic)
     new: list[float] | None = None  # start - t0 of each request it received after t0
+    during: int = 0  # requests the baseline received while the call ran (t0, t1]: chances to catch a late weight
 
     @property
     def last_new_ms(self) -> float | None:
@@ -433,11 +434,13 @@ def one_rollback(engine: str, base_url: str, admin_url: str, step: int, out: Pat
     return run_async(go())
 
 
-def settle(r: Rollback, speculative: dict[str, ChunkLog]) -> None:
-    """Which requests reached the speculative pool around ``r.t0``: its server's own ``start`` stamps."""
+def settle(r: Rollback, speculative: dict[str, ChunkLog], baseline: dict[str, ChunkLog]) -> None:
+    """Which requests reached the speculative pool around ``r.t0``: its server's own ``start`` stamps. A rollback
+    with no request arriving anywhere while its call ran could not have caught a weight that took late."""
     starts = [log.start for log in speculative.values() if log.start <= r.end]
     r.before = sum(1 for t in starts if r.t0 - 1.0 <= t <= r.t0)
     r.new = [t - r.t0 for t in starts if t > r.t0]
+    r.during = sum(1 for log in baseline.values() if r.t0 < log.start <= r.t0 + r.call_s)
 
 
 def figures(p: Pass, sent: dict[str, ChunkLog]) -> dict[str, float]:
@@ -579,7 +582,7 @@ def main() -> None:
                         steps[engine] += 2
             sent = baseline.chunk_logs() | speculative.chunk_logs()
             for r in rollbacks:
-                settle(r, speculative.chunk_logs())
+                settle(r, speculative.chunk_logs(), baseline.chunk_logs())
         if profile is not None:
             print_profile(profile)
     took = time.monotonic() - started
@@ -656,7 +659,8 @@ def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog],
         last = "  ".join("none" if r.last_new_ms is None else f"{r.last_new_ms:.2f}" for r in rs)
         call = [r.call_s * 1e3 for r in rs]
         before = " ".join(str(r.before) for r in rs)
-        print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}")
+        during = " ".join(str(r.during) for r in rs)
+        print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}   baseline during call: {during}")
         print(f"  {'':<10}last new: {rb[engine]}")
     print("\nREADME rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
     for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
