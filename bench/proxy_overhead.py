@@ -1,16 +1,27 @@
-"""How much latency and CPU specguard's canary proxy adds to streamed responses, next to HAProxy.
+"""How much latency and CPU specguard's canary proxy adds to streamed responses, next to HAProxy as specguard
+drives it, and how soon after a rollback decision each engine stops sending new requests to the speculative pool.
 
-One run, one backend: the scripted fake server (``specguard.scripted``, a fake, for its exact schedule:
-TTFT 50 ms, then a chunk every 20 ms, 64 chunks, continuous usage) in its own process. Three paths to it:
+One run, two backends: the scripted fake server (``specguard.scripted``, a fake, for its exact schedule and its
+per-request log: TTFT 50 ms, then a chunk every 20 ms, 64 chunks, continuous usage), one process as the baseline
+pool and one as the speculative (candidate) pool. Four paths:
 
-  direct     the client talks to the backend;
-  specguard  through ``CanaryProxy`` (both pools = the one backend, candidate weight 0), run in a process of
-             its own on uvloop, as ``specguard canary run`` runs it, counting records in ``on_record``;
-  haproxy    through HAProxy (Debian's 2.6: ``apt-get install haproxy``), config generated here: mode http,
-             no request buffering (``http-buffer-request`` off, HAProxy's default), responses streamed as
-             they arrive (HAProxy's default for chunked bodies), ``option http-no-delay`` (no MSG_MORE
-             batching: the canary's aiohttp sockets are TCP_NODELAY too), large timeouts, maxconn 4096,
-             and ``nbthread 1``, to be fair to the single-threaded Python proxy.
+  direct           the client talks to the baseline backend;
+  specguard        through ``CanaryProxy`` with the two backends as its baseline and candidate pools at a candidate
+                   weight of 50 %, run in a process of its own on uvloop, as ``specguard canary run`` runs it,
+                   counting records in ``on_record``; a second port in that process is the bench's admin endpoint
+                   (``POST /weights``: the proxy's ``set_weights`` in its own process);
+  haproxy          through HAProxy (Debian's 2.6: ``apt-get install haproxy``) with the configuration ``specguard
+                   canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
+                   haproxy``, as it is: one backend, the two servers as its members, round robin, HAProxy's own
+                   thread count; the weights set to 50/50 through ``HAProxyDriver`` by a controller process (this
+                   file, ``--serve-controller``: the HAProxy engine's part of ``canary run``, with the same admin
+                   endpoint);
+  haproxy-nodelay  the same generated configuration plus ``option http-no-delay`` in its defaults, and the same
+                   weights: the reference for the target below. It replaces this bench's earlier hand-written
+                   HAProxy (one server, ``nbthread 1``, ``http-no-delay``): both HAProxy paths now carry the same
+                   50/50 split as the built-in proxy, from the configuration specguard ships; ``haproxy`` shows
+                   what the generated configuration costs without the option (HAProxy sends small response data
+                   with MSG_MORE, and the kernel holds it up to its 200 ms cork timer).
 
 Load: ``specguard bench`` (``run_bench``) at 256 concurrent streams per pass. The passes alternate between
 the paths (a round is one pass of each, the order rotated every round) after one warm-up pass per path.
@@ -23,16 +34,28 @@ difference of percentiles, paired by round rather than by request (the requests 
 the same requests). The median, not the best, because the CPUs are shared with other work whose bursts hit
 whichever pass is running: the best pass of each path would reward luck; the median drops one bad pass.
 
-The target: specguard's added p99 no more than 2x HAProxy's, for TTFT and per-chunk (delivery) latency.
+The target: specguard's added p99 no more than 2x HAProxy's (haproxy-nodelay), for TTFT and per-chunk latency.
+
+Rollback latency, per engine (the built-in proxy and HAProxy as generated), after the passes: under ROLLBACK_WAVES x
+256 requests at 256 streams, at a moment drawn uniformly from ROLLBACK_WINDOW_S after the load starts dispatching,
+the bench posts a rollback to the engine's admin endpoint. t0 is ``time.monotonic()`` in the engine's process just
+before ``set_weights(0, 0, step)`` is called (the proxy's, synchronous; ``HAProxyDriver``'s, which reads the state,
+sets the weights and reads them back): the decision as ``canary run`` makes it, in the process that makes it; the
+HTTP hop from the bench to the endpoint comes before t0 and is not counted. The call's duration is t1 - t0, stamped
+there too. "The last new request reaching the speculative pool" is the largest ``start - t0`` over the requests
+the speculative backend received after t0 (its ``ChunkLog.start``: monotonic, the same clock, one machine), up to
+the end of that load; a request it received before t0 was in flight and is not new. None received after t0 counts
+as 0. After each load the share goes back to 50 %. Rollbacks alternate between the engines, ``--rollbacks`` each.
 
 The client, its record writer, the backend, the proxy and HAProxy all share this machine's cores (2 on the
 development machine): nothing is pinned, because any pinning would favour one path; the contention is part
-of what is measured, and is the same for the three paths. ``specguard bench`` asks for continuous usage
+of what is measured, and is the same for every path. ``specguard bench`` asks for continuous usage
 itself, so the proxy's usage rewrite passes bytes through unchanged here; its cost on a stream that needs
 it is timed separately, in this process, on the backend's own chunk bytes.
 
-Not a test: the figures depend on the machine. Usage (about 3 minutes; --quick about 30 s):
-    PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024] [--profile]
+Not a test: the figures depend on the machine. Usage (--quick about 2 minutes on 2 shared cores):
+    PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024]
+        [--rollbacks 5] [--seed N] [--profile]
 """
 
 from __future__ import annotations
@@ -43,38 +66,52 @@ import cProfile
 import os
 import platform
 import pstats
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 from aiohttp import web
 
 from specguard import __version__
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl
+from specguard.canary.engines.config import HAProxyEngine
+from specguard.canary.engines.haproxy import HAProxyDriver, parse_servers_state
+from specguard.canary.engines.haproxy_config import render_haproxy_config
 from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import Split
+from specguard.canary.rollout import Rollout, Split
+from specguard.canary.split import PoolName
 from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import UsageStripper, request_with_usage
 from specguard.loadgen.prompts import synthetic_prompts
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
 from specguard.results.store import load_run
 from specguard.scripted.process import ScriptedProcess
 from specguard.scripted.server import ChunkLog, Script
-from specguard.vllm.process import ManagedServer
+from specguard.vllm.process import ManagedServer, free_port
 from specguard.vllm.server_spec import ServerSpec
 
 HAPROXY = "/usr/sbin/haproxy"
 CHUNKS = 64
 BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
-PATHS = ("direct", "specguard", "haproxy")
+# haproxy: the configuration 'specguard canary haproxy-config' writes, as it is; haproxy-nodelay: the same plus
+# 'option http-no-delay' (see HAProxyProcess), the reference the ratio target is measured against.
+PATHS = ("direct", "specguard", "haproxy", "haproxy-nodelay")
+REFERENCE = "haproxy-nodelay"
+ENGINES = ("specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
 # As canary/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
@@ -89,61 +126,172 @@ USAGE_CHUNK = (
     b'data: {"id":"r","choices":[{"index":0,"text":"x","finish_reason":null}],'
     b'"usage":{"prompt_tokens":8,"completion_tokens":7}}\n\n'
 )
-HAPROXY_CFG = """\
-global
-    nbthread 1
-    maxconn 4096
-defaults
-    mode http
-    option http-no-delay
-    timeout connect 10s
-    timeout client 600s
-    timeout server 600s
-    timeout http-request 600s
-    timeout http-keep-alive 600s
-frontend bench
-    bind 127.0.0.1:{port}
-    maxconn 4096
-    default_backend scripted
-backend scripted
-    server s1 {backend} maxconn 4096
-"""
+# The candidate's share during the latency passes and between rollbacks: both engines carry the same split.
+SHARE = 0.5
+# Rollbacks per engine (alternating engines), each under a load of ROLLBACK_WAVES x 256 requests (a wave is one
+# request per stream, about 1.4 s), decided at a moment drawn uniformly from ROLLBACK_WINDOW_S after the load starts.
+ROLLBACKS = 5
+ROLLBACK_WAVES = 3
+ROLLBACK_WINDOW_S = (0.3, 2.3)
+HAPROXY_BACKEND = "vllm"
 
 
 class ProxyProcess(ManagedServer):
-    """specguard's canary proxy in front of one backend, in a process of its own (this file, ``--serve-proxy``)."""
+    """specguard's canary proxy in front of both backends, in a process of its own (this file, ``--serve-proxy``),
+    with an admin endpoint on a second port: ``POST /weights`` calls the proxy's ``set_weights`` in that process."""
 
-    def __init__(self, backend: str, log_dir: Path, profile: Path | None, backlog: int) -> None:
+    def __init__(self, baseline: str, candidate: str, log_dir: Path, profile: Path | None, backlog: int) -> None:
         super().__init__(
             ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "proxy.log", startup_timeout_s=30
         )
-        self.backend = backend
+        self.baseline, self.candidate = baseline, candidate
         self.profile = profile
         self.backlog = backlog
+        self.admin_port = 0
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
 
     def command(self, port: int) -> list[str]:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--serve-proxy", str(port), "--backend", self.backend]
+        self.admin_port = free_port()
+        argv = [sys.executable, str(Path(__file__).resolve()), "--serve-proxy", str(port), "--backend", self.baseline]
+        argv += ["--candidate", self.candidate, "--admin-port", str(self.admin_port)]
         argv += ["--proxy-backlog", str(self.backlog)]
         return argv + (["--profile-out", str(self.profile)] if self.profile is not None else [])
 
 
-class HAProxyProcess(ManagedServer):
-    """HAProxy in the foreground (``-db``: one process, no daemon) with a config written for the port."""
+def haproxy_rollout(socket_path: Path, baseline: str, candidate: str) -> Rollout:
+    """A rollout with ``engine: haproxy``: one backend, the baseline and the speculative server as its members."""
+    engine = {
+        "type": "haproxy",
+        "socket": str(socket_path),
+        "backend": HAPROXY_BACKEND,
+        "baseline_servers": ["baseline-1"],
+        "candidate_servers": ["speculative-1"],
+    }
+    pools = {"baseline": {"servers": [baseline]}, "candidate": {"servers": [candidate]}}
+    return Rollout.model_validate({"engine": engine, "pools": pools, "admin": {"token_env": "CANARY_TOKEN"}})
 
-    def __init__(self, backend: str, log_dir: Path) -> None:
+
+class HAProxyProcess(ManagedServer):
+    """HAProxy in the foreground (``-db``: one process, no daemon) with the configuration that
+    ``specguard canary haproxy-config`` generates for the rollout, as it is (only the bind address is chosen).
+    Ready when the runtime API answers and both servers pass their health checks."""
+
+    def __init__(self, rollout: Rollout, log_dir: Path, *, no_delay: bool = False) -> None:
         super().__init__(
             ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "haproxy.log", startup_timeout_s=30
         )
-        self.backend = backend.removeprefix("http://")
+        assert isinstance(rollout.engine, HAProxyEngine)
+        self.rollout, self.engine = rollout, rollout.engine
         self.config = log_dir / "haproxy.cfg"
+        self.no_delay = no_delay
 
     def command(self, port: int) -> list[str]:
         self.config.parent.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(HAPROXY_CFG.format(port=port, backend=self.backend))
+        text = render_haproxy_config(self.rollout, bind=f"127.0.0.1:{port}")
+        if self.no_delay:
+            # Without it HAProxy sends small response data with MSG_MORE, and the kernel holds a partial segment
+            # until more comes or its 200 ms cork timer fires: each SSE chunk waits (measured here: +104 ms median
+            # delivery, ITL p50 0 as chunks arrive in bursts, at 32 streams).
+            assert "\ndefaults\n" in text
+            text = text.replace("\ndefaults\n", "\ndefaults\n    option http-no-delay\n", 1)
+        self.config.write_text(text)
         return [HAPROXY, "-db", "-f", str(self.config)]
 
+    def is_ready(self) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2.0)
+                s.connect(self.engine.socket)
+                s.sendall(f"show servers state {self.engine.backend}\n".encode())
+                answer = b"".join(iter(lambda: s.recv(65536), b""))
+            states = parse_servers_state(answer.decode())
+        except (OSError, ValueError):
+            return False
+        return bool(states) and all(st.up for st in states)
 
-def serve_proxy(port: int, backend: str, backlog: int, profile_out: Path | None) -> None:
+
+class ControllerProcess(ManagedServer):
+    """The HAProxy engine's side of ``specguard canary run``: an ``HAProxyDriver`` in a process of its own (this
+    file, ``--serve-controller``), not in the client's busy loop; ``POST /weights`` calls its ``set_weights``."""
+
+    def __init__(self, engine: HAProxyEngine, log_dir: Path) -> None:
+        super().__init__(
+            ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "controller.log", startup_timeout_s=30
+        )
+        self.engine = engine
+
+    @property
+    def admin_url(self) -> str:
+        return self.base_url
+
+    def command(self, port: int) -> list[str]:
+        return [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve-controller",
+            str(port),
+            "--engine",
+            self.engine.model_dump_json(),
+        ]
+
+    def is_ready(self) -> bool:
+        return admin_health(self.base_url)
+
+
+def admin_health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def admin_app(set_weights: Callable[[float, int], Awaitable[None]]) -> web.Application:
+    """``POST /weights {"candidate": f, "step": n}``: t0 = ``time.monotonic()`` just before the call, t1 just after
+    it returned, both answered (CLOCK_MONOTONIC is the machine's, so they compare with the backends' stamps)."""
+
+    async def weights(request: web.Request) -> web.Response:
+        body = await request.json()
+        t0 = time.monotonic()
+        await set_weights(float(body["candidate"]), int(body["step"]))
+        t1 = time.monotonic()
+        return web.json_response({"t0": t0, "t1": t1})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/weights", weights)
+    app.router.add_get("/health", health)
+    return app
+
+
+def serve_controller(port: int, engine_json: str) -> None:
+    """The controller process: an HAProxyDriver behind the admin endpoint, until SIGTERM."""
+    driver = HAProxyDriver(HAProxyEngine.model_validate_json(engine_json))
+
+    async def set_weights(candidate: float, step: int) -> None:
+        await driver.set_weights(candidate, 0.0, step)
+
+    async def main() -> None:
+        runner = web.AppRunner(admin_app(set_weights))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        run_async(main())
+    except asyncio.CancelledError:
+        pass
+
+
+def serve_proxy(port: int, backend: str, candidate: str, admin_port: int, backlog: int, profile_out: Path | None) -> None:
     """The proxy process: serve until SIGTERM (``run_async`` turns it into cancellation, so cleanup runs)."""
     records = 0
 
@@ -152,9 +300,19 @@ def serve_proxy(port: int, backend: str, backlog: int, profile_out: Path | None)
         records += 1
 
     async def main() -> None:
-        up = Upstream(backend, backend + "/metrics")
-        proxy = CanaryProxy({"baseline": [up], "candidate": [up]}, Split(), on_record=on_record)
-        proxy.set_weights(0.0, 0.0, 0)
+        pools: dict[PoolName, list[Upstream]] = {
+            "baseline": [Upstream(backend, backend + "/metrics")],
+            "candidate": [Upstream(candidate, candidate + "/metrics")],
+        }
+        proxy = CanaryProxy(pools, Split(), on_record=on_record)
+        proxy.set_weights(SHARE, 0.0, 0)
+
+        async def set_weights(share: float, step: int) -> None:
+            proxy.set_weights(share, 0.0, step)  # synchronous: the next routing decision sees it
+
+        admin = web.AppRunner(admin_app(set_weights))
+        await admin.setup()
+        await web.TCPSite(admin, "127.0.0.1", admin_port).start()
         runner = proxy.runner()
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port, backlog=backlog).start()
@@ -163,6 +321,7 @@ def serve_proxy(port: int, backend: str, backlog: int, profile_out: Path | None)
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+            await admin.cleanup()
             await proxy.close()
 
     prof = cProfile.Profile() if profile_out is not None else None
@@ -198,8 +357,8 @@ class Pass:
     wall_s: float
 
 
-def one_pass(path: str, rnd: int, base_url: str, pid: int | None, out: Path, concurrency: int, requests: int) -> Pass:
-    cfg = BenchConfig(
+def bench_config(base_url: str, out: Path, concurrency: int, requests: int) -> BenchConfig:
+    return BenchConfig(
         base_url=base_url,
         model="scripted",
         prompts=synthetic_prompts("random", count=16),
@@ -208,6 +367,10 @@ def one_pass(path: str, rnd: int, base_url: str, pid: int | None, out: Path, con
         metrics_url=None,
         out_dir=out,
     )
+
+
+def one_pass(path: str, rnd: int, base_url: str, pid: int | None, out: Path, concurrency: int, requests: int) -> Pass:
+    cfg = bench_config(base_url, out, concurrency, requests)
     c0, t0 = cpu_s(pid), time.monotonic()
     summary = run_async(run_bench(cfg))
     c1, t1 = cpu_s(pid), time.monotonic()
@@ -215,6 +378,69 @@ def one_pass(path: str, rnd: int, base_url: str, pid: int | None, out: Path, con
         raise RuntimeError(f"{path}: {summary.errors} of {requests} requests failed (see {out})")
     info, records, _ = load_run(out)
     return Pass(path, rnd, info, records, c1 - c0, t1 - t0)
+
+
+async def post_weights(session: aiohttp.ClientSession, admin_url: str, share: float, step: int) -> tuple[float, float]:
+    """Ask the engine's process to set the candidate's share; (t0, t1) as that process stamped them."""
+    async with session.post(f"{admin_url}/weights", json={"candidate": share, "step": step}) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{admin_url}/weights answered {resp.status}: {await resp.text()}")
+        got = await resp.json()
+    return float(got["t0"]), float(got["t1"])
+
+
+class Started(ProgressSink):
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def started(self, total: int | None, duration_s: float | None) -> None:
+        self.event.set()
+
+
+@dataclass
+class Rollback:
+    engine: str
+    t0: float  # the decision: just before set_weights(0, 0, step), in the engine's process
+    call_s: float  # until that call returned (HAProxy: commands and read-back)
+    end: float  # the load finished (every stream of it done)
+    before: int = 0  # requests the speculative pool received in the second before t0 (it was carrying traffic)
+    new: list[float] | None = None  # start - t0 of each request it received after t0
+    during: int = 0  # requests the baseline received while the call ran (t0, t1]: chances to catch a late weight
+
+    @property
+    def last_new_ms(self) -> float | None:
+        return max(self.new) * 1e3 if self.new else None
+
+
+def one_rollback(engine: str, base_url: str, admin_url: str, step: int, out: Path, concurrency: int, delay_s: float) -> Rollback:
+    """Under ``ROLLBACK_WAVES`` x ``concurrency`` requests, roll back ``delay_s`` after the load starts; then the
+    share goes back to SHARE (after the load, so after ``end``) for the next pass."""
+    cfg = bench_config(base_url, out, concurrency, ROLLBACK_WAVES * concurrency)
+
+    async def go() -> Rollback:
+        started = Started()
+        async with aiohttp.ClientSession() as session:
+            load = asyncio.create_task(run_bench(cfg, started))
+            await started.event.wait()  # run_bench first starts its record writer: the delay counts from the load
+            await asyncio.sleep(delay_s)
+            t0, t1 = await post_weights(session, admin_url, 0.0, step)
+            summary = await load
+            end = time.monotonic()
+            await post_weights(session, admin_url, SHARE, step + 1)
+        if summary.errors:
+            raise RuntimeError(f"rollback {engine}: {summary.errors} requests failed (see {out})")
+        return Rollback(engine, t0, t1 - t0, end)
+
+    return run_async(go())
+
+
+def settle(r: Rollback, speculative: dict[str, ChunkLog], baseline: dict[str, ChunkLog]) -> None:
+    """Which requests reached the speculative pool around ``r.t0``: its server's own ``start`` stamps. A rollback
+    with no request arriving anywhere while its call ran could not have caught a weight that took late."""
+    starts = [log.start for log in speculative.values() if log.start <= r.end]
+    r.before = sum(1 for t in starts if r.t0 - 1.0 <= t <= r.t0)
+    r.new = [t - r.t0 for t in starts if t > r.t0]
+    r.during = sum(1 for log in baseline.values() if r.t0 < log.start <= r.t0 + r.call_s)
 
 
 def figures(p: Pass, sent: dict[str, ChunkLog]) -> dict[str, float]:
@@ -282,48 +508,88 @@ def main() -> None:
         help="the proxy's listen backlog (default: 1024, as 'specguard canary run' listens)",
     )
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the README row")
+    ap.add_argument("--rollbacks", type=int, default=ROLLBACKS, help="rollbacks per engine, alternating engines")
+    ap.add_argument("--seed", type=int, default=None, help="for the rollback moments")
     ap.add_argument("--serve-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--serve-controller", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
+    ap.add_argument("--candidate", help=argparse.SUPPRESS)
+    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--engine", help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_proxy is not None:
-        serve_proxy(a.serve_proxy, a.backend, a.proxy_backlog, a.profile_out)
+        serve_proxy(a.serve_proxy, a.backend, a.candidate, a.admin_port, a.proxy_backlog, a.profile_out)
+        return
+    if a.serve_controller is not None:
+        serve_controller(a.serve_controller, a.engine)
         return
     if not Path(HAPROXY).exists() and shutil.which("haproxy") is None:
         sys.exit(f"{HAPROXY} not found: this benchmark compares against HAProxy (apt-get install haproxy)")
     if a.quick:
         a.rounds, a.requests = 2, 512
+    rng = random.Random(a.seed)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as d:  # short: HAProxy's socket path is at most 107 bytes
         tmp = Path(d)
         profile = tmp / "proxy.prof" if a.profile else None
-        backend = ScriptedProcess(BACKEND, tmp / "backend")
-        with backend:
-            proxy = ProxyProcess(backend.base_url, tmp / "proxy", profile, a.proxy_backlog)
-            haproxy = HAProxyProcess(backend.base_url, tmp / "haproxy")
-            with proxy, haproxy:
-                assert proxy.proc is not None and haproxy.proc is not None
+        baseline = ScriptedProcess(BACKEND, tmp / "baseline")
+        speculative = ScriptedProcess(BACKEND, tmp / "speculative")
+        with baseline, speculative:
+            rollout = haproxy_rollout(tmp / "haproxy" / "admin.sock", baseline.base_url, speculative.base_url)
+            proxy = ProxyProcess(baseline.base_url, speculative.base_url, tmp / "proxy", profile, a.proxy_backlog)
+            haproxy = HAProxyProcess(rollout, tmp / "haproxy")
+            tuned_rollout = haproxy_rollout(tmp / "nodelay" / "admin.sock", baseline.base_url, speculative.base_url)
+            tuned = HAProxyProcess(tuned_rollout, tmp / "nodelay", no_delay=True)
+            assert isinstance(rollout.engine, HAProxyEngine) and isinstance(tuned_rollout.engine, HAProxyEngine)
+            tuned_driver = HAProxyDriver(tuned_rollout.engine)
+            controller = ControllerProcess(rollout.engine, tmp / "controller")
+            with proxy, haproxy, tuned, controller:
+                assert proxy.proc is not None and haproxy.proc is not None and tuned.proc is not None
+                if not admin_health(proxy.admin_url):
+                    raise RuntimeError(f"the proxy's admin endpoint {proxy.admin_url} does not answer")
+                admins = {"specguard": proxy.admin_url, "haproxy": controller.admin_url}
+
+                async def first_step() -> None:  # the generated configuration starts the speculative server at 0
+                    async with aiohttp.ClientSession() as session:
+                        await post_weights(session, controller.admin_url, SHARE, 0)
+                    await tuned_driver.set_weights(SHARE, 0.0, 0)
+
+                run_async(first_step())
                 targets = {
-                    "direct": (backend.base_url, None),
+                    "direct": (baseline.base_url, None),
                     "specguard": (proxy.base_url, proxy.proc.pid),
                     "haproxy": (haproxy.base_url, haproxy.proc.pid),
+                    "haproxy-nodelay": (tuned.base_url, tuned.proc.pid),
                 }
                 for path, (url, pid) in targets.items():  # warm-up: connection pools, first-call costs
                     one_pass(path, -1, url, pid, tmp / f"warm-{path}", a.concurrency, a.concurrency)
                 passes: list[Pass] = []
                 for rnd in range(a.rounds):
-                    order = PATHS[rnd % 3 :] + PATHS[: rnd % 3]
+                    order = PATHS[rnd % len(PATHS) :] + PATHS[: rnd % len(PATHS)]
                     for path in order:
                         url, pid = targets[path]
                         passes.append(one_pass(path, rnd, url, pid, tmp / f"{path}-{rnd}", a.concurrency, a.requests))
-            sent = backend.chunk_logs()
+                rollbacks: list[Rollback] = []
+                steps = {"specguard": 1, "haproxy": 1}
+                for i in range(a.rollbacks):
+                    for engine in ENGINES if i % 2 == 0 else ENGINES[::-1]:
+                        delay = rng.uniform(*ROLLBACK_WINDOW_S)
+                        out = tmp / f"rollback-{engine}-{i}"
+                        rollbacks.append(
+                            one_rollback(engine, targets[engine][0], admins[engine], steps[engine], out, a.concurrency, delay)
+                        )
+                        steps[engine] += 2
+            sent = baseline.chunk_logs() | speculative.chunk_logs()
+            for r in rollbacks:
+                settle(r, speculative.chunk_logs(), baseline.chunk_logs())
         if profile is not None:
             print_profile(profile)
     took = time.monotonic() - started
-    report(a, passes, sent, took)
+    report(a, passes, sent, rollbacks, took)
 
 
-def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog], took: float) -> None:
+def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog], rollbacks: list[Rollback], took: float) -> None:
     figs = {(p.path, p.round): figures(p, sent) | {"cpu": p.cpu_s, "wall": p.wall_s} for p in passes}
     rounds = range(a.rounds)
 
@@ -344,41 +610,81 @@ def report(a: argparse.Namespace, passes: list[Pass], sent: dict[str, ChunkLog],
     )
     print("all processes (client, record writer, backend, proxy, HAProxy) share the machine's cores; nothing pinned")
     head = "".join(f"{m + ' p50':>14}{m + ' p99':>14}" for m in METRICS)
-    print(f"\n{'path (ms)':<11}{head}{'CPU s/1k chunks':>17}")
+    print(f"\n{'path (ms)':<17}{head}{'CPU s/1k chunks':>17}")
     for path in PATHS:
         row = "".join(f"{med(path, f'{m}_p50'):14.2f}{med(path, f'{m}_p99'):14.2f}" for m in METRICS)
         cpu = "" if path == "direct" else f"{cpu_per_k(path):17.4f}"
-        print(f"{path:<11}{row}{cpu}")
+        print(f"{path:<17}{row}{cpu}")
     print("\nadded vs direct (ms; median over rounds of the paired difference of percentiles):")
     for path in PATHS[1:]:
         row = "".join(f"{added(path, f'{m}_p50'):+14.2f}{added(path, f'{m}_p99'):+14.2f}" for m in METRICS)
-        print(f"{path:<11}{row}")
+        print(f"{path:<17}{row}")
     print("\nper pass p99 (ms), round by round:")
     for m in ("ttft", "delivery"):
         for path in PATHS:
-            print(f"  {m:<9}{path:<10}" + "  ".join(f"{figs[path, r][f'{m}_p99']:7.2f}" for r in rounds))
-    ratios = {}
-    for m in METRICS:
-        sg, ha = added("specguard", f"{m}_p99"), added("haproxy", f"{m}_p99")
-        ratios[m] = max(sg, FLOOR_MS) / max(ha, FLOOR_MS)
+            print(f"  {m:<9}{path:<16}" + "  ".join(f"{figs[path, r][f'{m}_p99']:7.2f}" for r in rounds))
+    ratios: dict[str, dict[str, float]] = {}
+    for ref in PATHS[2:]:
+        ratios[ref] = {}
+        for m in METRICS:
+            sg, ha = added("specguard", f"{m}_p99"), added(ref, f"{m}_p99")
+            ratios[ref][m] = max(sg, FLOOR_MS) / max(ha, FLOOR_MS)
     print(f"\nratio specguard-added p99 / HAProxy-added p99 (each floored at {FLOOR_MS} ms), target <= {TARGET_RATIO:g}x:")
+    print(f"  {'':<9}" + "".join(f"{'vs ' + ref:>26}" for ref in PATHS[2:]))
     for m in METRICS:
-        verdict = "meets" if ratios[m] <= TARGET_RATIO else "MISSES"
-        print(f"  {m:<9}{ratios[m]:6.2f}x  {verdict}")
-    cpu_sg, cpu_ha = cpu_per_k("specguard"), cpu_per_k("haproxy")
-    print(f"proxy CPU per 1,000 chunks: specguard {cpu_sg * 1e3:.1f} ms, HAProxy {cpu_ha * 1e3:.1f} ms ({cpu_sg / cpu_ha:.1f}x)")
+        cells = []
+        for ref in PATHS[2:]:
+            verdict = "meets" if ratios[ref][m] <= TARGET_RATIO else "MISSES"
+            cells.append(f"{ratios[ref][m]:12.2f}x  {verdict:<6}")
+        print(f"  {m:<9}" + "".join(f"{c:>26}" for c in cells))
+    cpu_sg, cpu_ha, cpu_ref = cpu_per_k("specguard"), cpu_per_k("haproxy"), cpu_per_k(REFERENCE)
+    print(
+        f"proxy CPU per 1,000 chunks: specguard {cpu_sg * 1e3:.1f} ms, HAProxy {cpu_ha * 1e3:.1f} ms as generated, "
+        f"{cpu_ref * 1e3:.1f} ms with http-no-delay ({cpu_sg / cpu_ref:.1f}x)"
+    )
     print(
         "usage rewrite (not exercised above: bench asks for usage itself): "
         f"{strip_cost_us(USAGE_CHUNK):.1f} us per chunk, in-process"
     )
-    print("\nREADME row:")
+    rb = rollback_figures(rollbacks)
     print(
-        f"| {platform.machine()}, {os.cpu_count()} cores, shared | {a.date} | {a.concurrency} streams | "
-        f"TTFT p99 +{added('specguard', 'ttft_p99'):.1f} ms (HAProxy +{added('haproxy', 'ttft_p99'):.1f}) | "
-        f"chunk p99 +{added('specguard', 'delivery_p99'):.1f} ms (HAProxy +{added('haproxy', 'delivery_p99'):.1f}) | "
-        f"{cpu_sg * 1e3:.0f} ms CPU/1k chunks (HAProxy {cpu_ha * 1e3:.0f}) | {ratios['ttft']:.1f}x / {ratios['delivery']:.1f}x |"
+        f"\nrollback under {a.concurrency} streams ({ROLLBACK_WAVES * a.concurrency} requests, decided {ROLLBACK_WINDOW_S[0]:g}-"
+        f"{ROLLBACK_WINDOW_S[1]:g} s into the load), {a.rollbacks} per engine, alternating; t0 = just before "
+        "set_weights(0, 0, step) in the engine's process; 'last new' = the latest start stamp, minus t0, of a request "
+        "the speculative server received after t0 (none: no request reached it after t0):"
     )
+    print(f"  {'engine':<10}{'last new request (ms), per rollback':<44}{'call (ms) median / max':>24}{'spec. 1 s before':>20}")
+    for engine in ENGINES:
+        rs = [r for r in rollbacks if r.engine == engine]
+        last = "  ".join("none" if r.last_new_ms is None else f"{r.last_new_ms:.2f}" for r in rs)
+        call = [r.call_s * 1e3 for r in rs]
+        before = " ".join(str(r.before) for r in rs)
+        during = " ".join(str(r.during) for r in rs)
+        print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}   baseline during call: {during}")
+        print(f"  {'':<10}last new: {rb[engine]}")
+    print("\nREADME rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
+    for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
+        m = key.removesuffix("_p99")
+        print(
+            f"| {label} | +{added('specguard', key):.1f} ms | +{added('haproxy', key):.1f} ms | "
+            f"+{added(REFERENCE, key):.1f} ms | {ratios[REFERENCE][m]:.1f}x |"
+        )
+    print(f"| CPU per 1,000 streamed chunks | {cpu_sg * 1e3:.0f} ms | {cpu_ha * 1e3:.0f} ms | {cpu_ref * 1e3:.0f} ms | |")
+    print(f"| rollback to the last new request at the speculative pool | {rb['specguard']} | {rb['haproxy']} | | |")
     print(f"took {took:.0f} s")
+
+
+def rollback_figures(rollbacks: list[Rollback]) -> dict[str, str]:
+    """Per engine: the median and max of the 'last new request' over rollbacks, a rollback with none counted as 0
+    (nothing new reached the speculative pool after the decision), and the call's median."""
+    out = {}
+    for engine in ENGINES:
+        rs = [r for r in rollbacks if r.engine == engine]
+        last = [max(r.last_new_ms or 0.0, 0.0) for r in rs]
+        none = sum(1 for r in rs if r.last_new_ms is None)
+        call = median([r.call_s * 1e3 for r in rs])
+        out[engine] = f"median {median(last):.2f} ms, max {max(last):.2f} ms ({none} of {len(rs)} with none); call {call:.2f} ms"
+    return out
 
 
 if __name__ == "__main__":
