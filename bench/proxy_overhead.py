@@ -12,11 +12,12 @@ pool and one as the speculative (candidate) pool. Four paths:
                    (``POST /weights``: the proxy's ``set_weights`` in its own process);
   haproxy          through HAProxy (Debian's 2.6: ``apt-get install haproxy``) with the configuration ``specguard
                    canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
-                   haproxy``, as it is: one backend, the two servers as its members, round robin, HAProxy's own
+                   haproxy``, but without its ``option http-no-delay`` (as it was generated before this bench
+                   found the bursts): one backend, the two servers as its members, round robin, HAProxy's own
                    thread count; the weights set to 50/50 through ``HAProxyDriver`` by a controller process (this
                    file, ``--serve-controller``: the HAProxy engine's part of ``canary run``, with the same admin
                    endpoint);
-  haproxy-nodelay  the same generated configuration plus ``option http-no-delay`` in its defaults, and the same
+  haproxy-nodelay  the generated configuration as it is, ``option http-no-delay`` in its defaults, and the same
                    weights: the reference for the target below. It replaces this bench's earlier hand-written
                    HAProxy (one server, ``nbthread 1``, ``http-no-delay``): both HAProxy paths now carry the same
                    50/50 split as the built-in proxy, from the configuration specguard ships; ``haproxy`` shows
@@ -107,8 +108,8 @@ from specguard.vllm.server_spec import ServerSpec
 HAPROXY = "/usr/sbin/haproxy"
 CHUNKS = 64
 BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
-# haproxy: the configuration 'specguard canary haproxy-config' writes, as it is; haproxy-nodelay: the same plus
-# 'option http-no-delay' (see HAProxyProcess), the reference the ratio target is measured against.
+# haproxy-nodelay: the configuration 'specguard canary haproxy-config' writes, as it is, the reference the ratio
+# target is measured against; haproxy: the same without its 'option http-no-delay' (see HAProxyProcess).
 PATHS = ("direct", "specguard", "haproxy", "haproxy-nodelay")
 REFERENCE = "haproxy-nodelay"
 ENGINES = ("specguard", "haproxy")
@@ -191,12 +192,13 @@ class HAProxyProcess(ManagedServer):
     def command(self, port: int) -> list[str]:
         self.config.parent.mkdir(parents=True, exist_ok=True)
         text = render_haproxy_config(self.rollout, bind=f"127.0.0.1:{port}")
-        if self.no_delay:
-            # Without it HAProxy sends small response data with MSG_MORE, and the kernel holds a partial segment
-            # until more comes or its 200 ms cork timer fires: each SSE chunk waits (measured here: +104 ms median
-            # delivery, ITL p50 0 as chunks arrive in bursts, at 32 streams).
-            assert "\ndefaults\n" in text
-            text = text.replace("\ndefaults\n", "\ndefaults\n    option http-no-delay\n", 1)
+        assert "    option http-no-delay\n" in text, "the generated configuration streams without delay"
+        if not self.no_delay:
+            # The configuration as generated before this bench found the problem: without the option HAProxy sends
+            # small response data with MSG_MORE, and the kernel holds a partial segment until more comes or its
+            # 200 ms cork timer fires: each SSE chunk waits (measured here: +104 ms median delivery, ITL p50 0 as
+            # chunks arrive in bursts, at 32 streams). Kept as a path to show what the option is worth.
+            text = text.replace("    option http-no-delay\n", "", 1)
         self.config.write_text(text)
         return [HAPROXY, "-db", "-f", str(self.config)]
 
