@@ -231,7 +231,7 @@ class CanaryController:
             await self._apply_weights(self.state)
             self._weights_pending = False
         if self.server_side is not None:
-            await self.server_side.begin()
+            await self.server_side.begin(self.clock())
         window_start = self.clock()
         window_t0 = loop.time()
         next_read = window_t0

@@ -25,7 +25,7 @@ from specguard.models_base import FiniteModel
 from specguard.validation import HttpUrl
 from specguard.vllm.knowledge import Version, VersionParseError, parse_version
 
-__all__ = ["Metrics", "PrometheusMetrics", "ScrapeMetrics", "validate_metrics"]
+__all__ = ["EngineResponses", "Metrics", "PrometheusMetrics", "ScrapeMetrics", "validate_metrics"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -36,6 +36,17 @@ class ScrapeMetrics(FiniteModel):
     source: Literal["scrape"] = "scrape"
 
 
+class EngineResponses(FiniteModel):
+    """The engine's own response counters in Prometheus, for the error rate when HAProxy's socket is not read (a
+    Gateway: Envoy's, Istio's, kgateway's metrics are each their own): two PromQL expressions of cumulative
+    counts whose result has one series per pool, labelled ``specguard_pool`` (``label_replace`` maps a
+    cluster or backend label onto it). Both are read at each window's start and end; the differences are the
+    window's 5xx and responses per pool."""
+
+    errors: str = Field(min_length=1, description="cumulative 5xx responses, one series per specguard_pool")
+    total: str = Field(min_length=1, description="cumulative responses, one series per specguard_pool")
+
+
 class PrometheusMetrics(FiniteModel):
     """A Prometheus server's HTTP API (instant and range PromQL queries)."""
 
@@ -43,6 +54,9 @@ class PrometheusMetrics(FiniteModel):
     url: HttpUrl = Field(description="Prometheus' base URL, e.g. http://127.0.0.1:9090")
     token_env: str | None = Field(default=None, description="environment variable holding a bearer token")
     step_s: float = Field(default=15.0, gt=0, le=3600, description="the pools' scrape interval in Prometheus")
+    engine_responses: EngineResponses | None = Field(
+        default=None, description="the engine's response counters, for the error rate behind a Gateway"
+    )
     timeout_s: float = Field(default=10.0, gt=0, description="per query")
     vllm_version: str | None = Field(
         default=None, description="the pools' vLLM release, whose metric names are queried (default: what the servers report)"

@@ -47,6 +47,7 @@ __all__ = [
     "PoolWindow",
     "PrometheusSource",
     "ScrapeSource",
+    "engine_response_counts",
     "pool_queries",
 ]
 
@@ -276,3 +277,17 @@ class PrometheusSource:
 
     async def close(self) -> None:
         await self.api.close()
+
+
+async def engine_response_counts(
+    api: PrometheusApi, errors_query: str, total_query: str, at: float
+) -> dict[PoolName, tuple[float, float]]:
+    """(5xx, all) responses per pool as the engine's cumulative counters stood at ``at`` (``EngineResponses``)."""
+    found: dict[str, list[float]] = {}
+    for i, query in enumerate((errors_query, total_query)):
+        for series in await api.instant(query, at):
+            pool = series.metric.get(POOL_LABEL)
+            if pool is not None and series.points:
+                found.setdefault(pool, [0.0, 0.0])[i] += series.points[-1][1]
+    pools: tuple[PoolName, ...] = ("baseline", "candidate", "control")
+    return {pool: (found[pool][0], found[pool][1]) for pool in pools if pool in found}

@@ -30,7 +30,7 @@ from specguard.canary.engines.config import GatewayApiEngine, HAProxyEngine, Pro
 from specguard.canary.engines.gateway_api import GatewayApiDriver
 from specguard.canary.engines.haproxy import HAProxyDriver
 from specguard.canary.metrics_config import PrometheusMetrics
-from specguard.canary.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource
+from specguard.canary.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource, engine_response_counts
 from specguard.canary.observability.annotations import (
     DASHBOARD_INVENTORY,
     GrafanaAnnotations,
@@ -44,7 +44,8 @@ from specguard.canary.pools import StartedPools, start_pools
 from specguard.canary.proxy import CanaryProxy, tune_gc
 from specguard.canary.records import CanaryStatus, ProxiedRequest
 from specguard.canary.rollout import Rollout, split_listen
-from specguard.canary.server_side import ServerSideWindows
+from specguard.canary.server_side import CountsReader, ServerSideWindows
+from specguard.canary.split import PoolName
 from specguard.canary.store import CanaryStore, StoreMeta
 from specguard.canary.traffic import EngineTraffic, ProxyTraffic
 from specguard.errors import OptionError, ServerError
@@ -216,9 +217,16 @@ async def _run_with_engine(
     (and HAProxy's response counters) are the evidence, through the same controller."""
     driver = _driver(rollout)
     source: PoolMetricsSource
+    counts: CountsReader | None = None
     if isinstance(rollout.metrics, PrometheusMetrics):
         api = PrometheusApi(str(rollout.metrics.url), prometheus_token, rollout.metrics.timeout_s)
         source = PrometheusSource(api, list(pools.upstreams), _release(rollout, pools), rollout.metrics.step_s)
+        responses = rollout.metrics.engine_responses
+        if responses is not None:
+
+            async def counts(at: float) -> dict[PoolName, tuple[float, float]]:
+                return await engine_response_counts(api, responses.errors, responses.total, at)
+
     else:
         source = ScrapeSource(pools.upstreams)
     haproxy = rollout.engine if isinstance(rollout.engine, HAProxyEngine) else None
@@ -228,6 +236,7 @@ async def _run_with_engine(
         list(rollout.analysis.metrics),
         haproxy=haproxy,
         stats=driver.server_stats if isinstance(driver, HAProxyDriver) else None,
+        counts=counts,
     )
     watcher = PoolWatcher(pools.upstreams)
     controller = CanaryController(

@@ -23,9 +23,11 @@ from specguard.canary.rollout import MetricBudget
 from specguard.canary.split import PoolName
 from specguard.server_metrics.histograms import Histogram
 
-__all__ = ["ServerSideWindow", "ServerSideWindows", "window_pool_gauges"]
+__all__ = ["CountsReader", "ServerSideWindow", "ServerSideWindows", "response_deltas", "window_pool_gauges"]
 
 StatsReader = Callable[[], Awaitable[dict[str, ServerStat]]]
+# The engine's cumulative (5xx, all) responses per pool at a unix time (Prometheus, ``metrics.engine_responses``).
+CountsReader = Callable[[float], Awaitable[dict[PoolName, tuple[float, float]]]]
 
 
 def _series(window: PoolWindow | None) -> dict[str, list[list[Histogram]]]:
@@ -55,6 +57,18 @@ def window_pool_gauges(windows: Mapping[PoolName, PoolWindow]) -> tuple[dict[str
     return gauges, rates
 
 
+def response_deltas(
+    before: Mapping[PoolName, tuple[float, float]], after: Mapping[PoolName, tuple[float, float]]
+) -> dict[str, tuple[int, int]]:
+    """The window's (5xx, all) per pool; a counter that fell (the engine restarted) counts from zero."""
+    out: dict[str, tuple[int, int]] = {}
+    for pool, (errors, total) in after.items():
+        b_errors, b_total = before.get(pool, (0.0, 0.0))
+        fell = errors < b_errors or total < b_total
+        out[pool] = (round(errors - (0 if fell else b_errors)), round(total - (0 if fell else b_total)))
+    return out
+
+
 @dataclass
 class ServerSideWindow:
     analysis: WindowAnalysis
@@ -78,21 +92,26 @@ class ServerSideWindows:
         *,
         haproxy: HAProxyEngine | None = None,
         stats: StatsReader | None = None,
+        counts: CountsReader | None = None,
     ) -> None:
         self.source = source
         self.policy = policy
         self.gauge_budgets = gauge_budgets
         self.haproxy = haproxy
         self.stats = stats
+        self.counts = counts
         self._stats_at_start: dict[str, ServerStat] | None = None
+        self._counts_at_start: dict[PoolName, tuple[float, float]] | None = None
 
     async def poll(self) -> None:
         await self.source.poll()
 
-    async def begin(self) -> None:
+    async def begin(self, at: float) -> None:
         """Mark a window's start: the engine's response counters now."""
         if self.stats is not None:
             self._stats_at_start = await self.stats()
+        elif self.counts is not None:
+            self._counts_at_start = await self.counts(at)
 
     async def judge(self, start: float, end: float, look: int, *, has_control: bool) -> ServerSideWindow:
         windows = await self.source.window(start, end)
@@ -103,6 +122,11 @@ class ServerSideWindows:
             self._stats_at_start = now
         elif self.stats is not None:
             self._stats_at_start = await self.stats()
+        elif self.counts is not None:
+            now_counts = await self.counts(end)
+            if self._counts_at_start is not None:
+                responses = response_deltas(self._counts_at_start, now_counts)
+            self._counts_at_start = now_counts
         segment = SegmentHistograms(
             baseline=_series(windows.get("baseline")),
             candidate=_series(windows.get("candidate")),

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client import Histogram as PromHistogram
 from pydantic import BaseModel, Field, model_validator
 
@@ -112,6 +112,12 @@ class ScriptedServer:
         self.itl = histogram("vllm:inter_token_latency_seconds", ITL_BUCKETS).labels("0", SERVED_NAME)
         self.tpot = histogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS).labels("0", SERVED_NAME)
         self.e2e = histogram("vllm:e2e_request_latency_seconds", E2E_BUCKETS).labels("0", SERVED_NAME)
+        self.http_requests = Counter(
+            "http_requests",
+            "Total number of requests by method, status and handler.",
+            ["handler", "method", "status"],
+            registry=self.registry,
+        )
 
     def metrics_text(self) -> str:
         if self.script.metrics == "garbage":
@@ -134,7 +140,10 @@ class ScriptedServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.in_flight += 1
         try:
-            return await self._handle(request)
+            resp = await self._handle(request)
+            # As vLLM's API server counts its answers (prometheus-fastapi-instrumentator): by status class.
+            self.http_requests.labels(request.path, request.method, f"{resp.status // 100}xx").inc()
+            return resp
         finally:
             self.in_flight -= 1
 

@@ -84,3 +84,13 @@ def test_an_unknown_source_is_refused_naming_the_sources(tmp_path: Path) -> None
     text = MINIMAL_ROLLOUT + "metrics: {source: graphite}\n"
     msg = refused(tmp_path, text)
     assert f"rollout.yaml:{line_of(text, 'metrics:')}" in msg and "'scrape'" in msg and "'prometheus'" in msg, msg
+
+
+def test_engine_responses_need_both_expressions_and_an_error_names_the_key(tmp_path: Path) -> None:
+    text = MINIMAL_ROLLOUT + PROMETHEUS + "  engine_responses:\n    errors: 'sum by (specguard_pool) (x_5xx_total)'\n"
+    message = refused(tmp_path, text)
+    assert f":{line_of(text, 'engine_responses')}: key 'metrics.engine_responses.total'" in message, message
+    full = text + "    total: 'sum by (specguard_pool) (x_total)'\n"
+    metrics = load_rollout(write(tmp_path, full)).metrics
+    assert isinstance(metrics, PrometheusMetrics) and metrics.engine_responses is not None
+    assert metrics.engine_responses.total == "sum by (specguard_pool) (x_total)"
