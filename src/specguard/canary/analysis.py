@@ -394,6 +394,13 @@ def error_rate_result(
     )
 
 
+def window_verdict(results: Sequence[MetricResult]) -> WindowVerdict:
+    """A window's verdict over its results: FAIL if any fails, else INCONCLUSIVE if any is (or none was
+    judged), else PASS."""
+    verdicts = {r.verdict for r in results}
+    return "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts or not results else "PASS"
+
+
 def analyse_window(
     policy: AnalysisPolicy,
     segments: Mapping[str, SegmentSamples],
@@ -423,10 +430,7 @@ def analyse_window(
             results.append(_latency_result(segment, rule, arms, comparison, threshold, policy, rng, seed + i))
         if policy.max_error_rate_increase is not None:
             results.append(_error_result(segment, arms, comparison, threshold, policy, policy.max_error_rate_increase))
-    verdicts = {r.verdict for r in results}
-    verdict: WindowVerdict = (
-        "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts or not results else "PASS"
-    )
+    verdict = window_verdict(results)
     if comparison == "naive":
         warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
     return WindowAnalysis(

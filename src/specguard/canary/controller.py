@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window
+from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window, window_verdict
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
@@ -509,6 +509,4 @@ def _with_gauges(analysis: WindowAnalysis, extra: list[MetricResult]) -> WindowA
     if not extra:
         return analysis
     results = [*analysis.results, *extra]
-    verdicts = {r.verdict for r in results}
-    verdict = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "PASS"
-    return analysis.model_copy(update={"results": results, "verdict": verdict})
+    return analysis.model_copy(update={"results": results, "verdict": window_verdict(results)})

@@ -44,6 +44,7 @@ from specguard.canary.analysis import (
     error_control_text,
     error_rate_result,
     look_alpha,
+    window_verdict,
     worse_sign,
 )
 from specguard.canary.histogram_tests import (
@@ -272,10 +273,7 @@ def judge_histogram_window(
         warnings.append(ITL_PER_STEP)
     if comparison == "naive":
         warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
-    verdicts = {r.verdict for r in results}
-    verdict: WindowVerdict = (
-        "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts or not results else "PASS"
-    )
+    verdict = window_verdict(results)
     return WindowAnalysis(
         look=look,
         verdict=verdict,
