@@ -2,7 +2,9 @@
 
 ``POST /v1/completions`` and ``/v1/chat/completions`` are split (``split.choose_pool`` on the sticky key's
 hash, or on a seeded random number per request), balanced inside the pool, measured with bench's
-definitions (times from the upstream send, reads stamped in aiohttp's ``data_received``) and recorded once
+definitions (times from the upstream send, reads stamped in the upstream connection's ``data_received``:
+``upstream_http``, the proxy's own HTTP/1.1 client, and ``proxy_relay``, which writes each read to the
+client from there) and recorded once
 per upstream attempt through ``on_record``. Everything else (``GET /v1/models`` included) passes through to
 the baseline pool, unrecorded. Bodies stream read by read, never buffered; the only change the proxy
 makes is asking for continuous usage (``usage_strip``), which it takes back out of the response.
@@ -30,7 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
@@ -39,13 +40,14 @@ from specguard.canary import rollout
 from specguard.canary.capture import CaptureSettings, CaptureWriter
 from specguard.canary.proxy_http import error_body, forward_headers, measure_response
 from specguard.canary.proxy_metrics import ProxyMetrics
-from specguard.canary.proxy_relay import install
+from specguard.canary.proxy_relay import ClientSink, chunk_writer
 from specguard.canary.proxy_routing import Api, SegmentRules, sticky_key
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.split import LeastOutstanding, PoolName, RoundRobin, choose_pool, key_hash
 from specguard.canary.upstream import Upstream
+from specguard.canary.upstream_http import UpstreamClient, UpstreamResponse
 from specguard.canary.usage_strip import NO_CHANGE, UsagePlan, UsageStripper, request_with_usage
-from specguard.loadgen.client import StreamResult, stamp_arrivals
+from specguard.loadgen.client import StreamResult
 
 __all__ = ["GC_THRESHOLDS", "MAX_REQUEST_BYTES", "CanaryProxy", "Upstream", "tune_gc"]
 
@@ -103,7 +105,6 @@ class CanaryProxy:
         capture: CaptureSettings | None = None,
         seed: int | None = None,
         first_byte_timeout_s: float = 60.0,
-        fast_relay: bool = False,
     ) -> None:
         if not pools.get("baseline"):
             raise ValueError("the proxy needs at least one baseline server")
@@ -111,11 +112,7 @@ class CanaryProxy:
         self.split = split
         self.on_record = on_record
         self.first_byte_timeout_s = first_byte_timeout_s
-        # proxy_relay forwards reads from data_received (3x less added latency in bench/proxy_overhead.py); off by
-        # default: in one CI run streams through it reached the client in bursts (per-token ITL ~0) against a real
-        # vLLM, not reproduced since. The plain loop awaits each read and each write.
-        self.fast_relay = fast_relay
-        self.relayed_fast = 0  # responses the fast relay forwarded (the rest went through the plain loop)
+        self.relayed_fast = 0  # responses relayed from data_received (the rest went through the plain loop)
         self.metrics = ProxyMetrics(registry)
         self.registry = self.metrics.registry
         self._segments = SegmentRules(split.segment)
@@ -128,7 +125,7 @@ class CanaryProxy:
         self._control = 0.0
         self._step = 0
         self._capture = CaptureWriter(capture) if capture is not None else None
-        self._session: aiohttp.ClientSession | None = None
+        self._client = UpstreamClient()
         self._handling = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -179,25 +176,11 @@ class CanaryProxy:
 
     async def close(self) -> None:
         self.flush()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.close()
         if self._capture is not None:
             self._capture.close()
 
     # -- routing ----------------------------------------------------------------------------------------
-
-    def _session_(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            # No pool limit (the servers' own queues are the limit), no decompression (bytes pass as sent), no
-            # session timeout (the first-byte timeout is the proxy's; a stream may rightly run for minutes).
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(total=None),
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            )
-        return self._session
 
     def _acquire(self, pool: PoolName, avoid: int | None = None) -> int:
         n = len(self.pools[pool])
@@ -304,22 +287,22 @@ class CanaryProxy:
         """Send upstream and relay the answer; raises ``_BeforeFirstByte`` for an early failure when ``retry``."""
         res = attempt.res
         sent_at = time.monotonic()
-        upstream: aiohttp.ClientResponse | None = None
+        upstream: UpstreamResponse | None = None
         try:
             try:
                 async with asyncio.timeout(self.first_byte_timeout_s):
                     url = attempt.server.base_url + send.path
-                    upstream = await self._session_().request(send.method, url, data=send.body, headers=send.headers)
+                    # No session timeout: the first-byte timeout is the proxy's; a stream may rightly run for minutes.
+                    upstream = await self._client.request(send.method, url, send.headers, send.body, res, sent_at)
                     res.http_status = upstream.status
-                    stamp_arrivals(upstream.content, res, sent_at)
                     if upstream.status >= 500 and retry:
-                        await upstream.read()
+                        await upstream.read_all()
                         text = b"".join(d for _, d in res.pieces)[:500].decode("utf-8", errors="replace")
                         raise _BeforeFirstByte(f"HTTP {upstream.status}: {text}", upstream.status)
-                    first = await upstream.content.readany()
+                    first = await upstream.read()
             except TimeoutError as exc:
                 raise _BeforeFirstByte(f"no response within {self.first_byte_timeout_s:g} s", 504) from exc
-            except (aiohttp.ClientError, OSError) as exc:
+            except OSError as exc:
                 raise _BeforeFirstByte(f"{type(exc).__name__}: {exc}", 502) from exc
         except _BeforeFirstByte as cause:
             res.error = cause.error
@@ -340,7 +323,7 @@ class CanaryProxy:
     async def _relay(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         attempt: _Attempt,
         first: bytes,
         plan: UsagePlan,
@@ -357,16 +340,17 @@ class CanaryProxy:
         data = first
         try:
             await response.prepare(request)
-            fast = install(upstream.content, response, stripper, res, sent_at) if self.fast_relay else None
-            if fast is not None:
-                relay, writer, pending = fast
+            direct = chunk_writer(response) if data else None
+            if direct is not None:
+                writer, transport = direct
+                sink = ClientSink(transport, stripper, upstream)
                 self.relayed_fast += 1
-                relay.send(stripper.feed(first))
-                relay.send(stripper.feed(pending))
+                sink.send(stripper.feed(first))
+                sink.send(stripper.feed(upstream.forward(sink.append)))  # what arrived since, in order
                 try:
-                    await relay.run(writer)
-                except (aiohttp.ClientError, OSError) as exc:
-                    if relay.error is exc:
+                    await sink.run(writer)
+                except OSError as exc:
+                    if sink.error is exc:
                         raise ConnectionResetError(str(exc)) from exc  # the client's side broke
                     res.error = f"stream broke: {type(exc).__name__}: {exc}"
                 data = b""
@@ -375,8 +359,8 @@ class CanaryProxy:
                 if out:
                     await response.write(out)
                 try:
-                    data = await upstream.content.readany()
-                except (aiohttp.ClientError, OSError) as exc:
+                    data = await upstream.read()
+                except OSError as exc:
                     res.error = f"stream broke: {type(exc).__name__}: {exc}"
                     break
             tail = stripper.finish()

@@ -1,11 +1,10 @@
-"""The proxy's fast relay: taken with this aiohttp (fails if an upgrade breaks it), byte-identical to the plain
-loop, never paused by its own bookkeeping, paused by a slow client; and the per-token ITL histogram's
-aggregated observation equals one observe per token."""
+"""The proxy's relay to its client: taken with this aiohttp (fails if an upgrade breaks it), byte-identical to
+what the server sent, paused by a slow client only; and the per-token ITL histogram's aggregated observation
+equals one observe per token."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import aiohttp
 from aiohttp import web
@@ -14,17 +13,16 @@ from prometheus_client import CollectorRegistry, Histogram
 from specguard.analysis.request_metrics import per_token_itl
 from specguard.canary.proxy import CanaryProxy
 from specguard.canary.proxy_metrics import ITL_BUCKETS_MS, observe_per_token
-from specguard.canary.proxy_relay import PAUSE_BYTES, FastRelay
+from specguard.canary.proxy_relay import PAUSE_BYTES, ClientSink
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import Split
 from specguard.canary.upstream import Upstream
 from specguard.canary.usage_strip import NO_CHANGE, UsageStripper
-from specguard.loadgen.client import StreamResult
 from tests.unit.canary.proxy_fakes import completion, fake, proxied
 
 
-class _Protocol:
-    """The flow-control calls a StreamReader makes on its protocol, counted."""
+class _Upstream:
+    """The flow-control calls the sink makes on the upstream response, counted."""
 
     def __init__(self) -> None:
         self.pauses = 0
@@ -33,7 +31,7 @@ class _Protocol:
     def pause_reading(self) -> None:
         self.pauses += 1
 
-    def resume_reading(self, resume_parser: bool = True) -> None:
+    def resume_reading(self) -> None:
         self.resumes += 1
 
 
@@ -54,51 +52,39 @@ class _FakeTransport:
         return self.buffered
 
 
-async def _feed_chunks(n: int, buffered: int) -> tuple[_Protocol, _FakeTransport, StreamResult]:
-    protocol = _Protocol()
-    reader = aiohttp.StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
-    res = StreamResult()
+def _sink_chunks(n: int, buffered: int) -> tuple[_Upstream, _FakeTransport]:
+    upstream = _Upstream()
     transport = _FakeTransport(buffered)
-    reader._buffer = FastRelay(reader, transport, UsageStripper(NO_CHANGE), res, time.monotonic())  # type: ignore[arg-type]
-    reader.begin_http_chunk_receiving()
+    sink = ClientSink(transport, UsageStripper(NO_CHANGE), upstream)  # type: ignore[arg-type]
     for i in range(n):
-        reader.feed_data(b"data: %d\n\n" % i)
-        reader.end_http_chunk_receiving()
-    return protocol, transport, res
+        sink.append(b"data: %d\n\n" % i)
+    return upstream, transport
 
 
 def test_reads_are_forwarded_as_http_chunks_at_arrival_and_never_pause_the_upstream() -> None:
-    n = 10_000  # more bytes than the reader's high-water mark and more chunks than its chunk limit
-    protocol, transport, res = asyncio.run(_feed_chunks(n, buffered=0))
-    sent = [b"data: %d\n\n" % i for i in range(n)]
-    assert transport.written == [b"%x\r\n%b\r\n" % (len(d), d) for d in sent]
-    assert [d for _, d in res.pieces] == sent and protocol.pauses == 0
+    upstream, transport = _sink_chunks(10_000, buffered=0)
+    sent = [b"data: %d\n\n" % i for i in range(10_000)]
+    assert transport.written == [b"%x\r\n%b\r\n" % (len(d), d) for d in sent] and upstream.pauses == 0
 
 
 def test_a_client_that_does_not_read_pauses_the_upstream_once() -> None:
-    protocol, transport, _ = asyncio.run(_feed_chunks(5, buffered=PAUSE_BYTES + 1))
-    assert len(transport.written) == 5 and protocol.pauses == 1
+    upstream, transport = _sink_chunks(5, buffered=PAUSE_BYTES + 1)
+    assert len(transport.written) == 5 and upstream.pauses == 1
 
 
-async def _through(fast: bool) -> tuple[bytes, CanaryProxy, list[ProxiedRequest]]:
+async def test_the_proxy_relays_from_data_received_with_this_aiohttp_and_sends_what_the_server_sent() -> None:
     records: list[ProxiedRequest] = []
     async with fake("baseline") as base:
-        proxy = CanaryProxy({"baseline": [base.upstream()]}, Split(), on_record=records.append, seed=7, fast_relay=fast)
+        proxy = CanaryProxy({"baseline": [base.upstream()]}, Split(), on_record=records.append, seed=7)
         async with proxied(proxy) as url, aiohttp.ClientSession() as session:
             async with session.post(f"{url}/v1/completions", json=completion()) as resp:
                 body = await resp.read()
-    return body, proxy, records
-
-
-async def test_the_proxy_takes_the_fast_relay_with_this_aiohttp_and_sends_what_the_plain_loop_sends() -> None:
-    fast_body, fast_proxy, fast_records = await _through(True)
-    plain_body, plain_proxy, plain_records = await _through(False)
-    assert fast_proxy.relayed_fast == 1, "aiohttp's StreamReader/StreamWriter internals changed: the fast relay is off"
-    assert plain_proxy.relayed_fast == 0
-    assert fast_body == plain_body and fast_body.endswith(b"data: [DONE]\n\n")
-    (f,), (p,) = fast_records, plain_records
-    assert f.ok and p.ok and f.chunk_tokens == p.chunk_tokens and f.output_tokens == p.output_tokens
-    assert len(f.chunk_times_s) == len(p.chunk_times_s)
+            async with session.post(f"{base.url}/v1/completions", json=completion()) as resp:
+                direct = await resp.read()
+    assert proxy.relayed_fast == 1, "aiohttp's StreamWriter internals changed: the proxy fell back to awaited writes"
+    assert body == direct and body.endswith(b"data: [DONE]\n\n")
+    (rec,) = records
+    assert rec.ok and rec.output_tokens == sum(rec.chunk_tokens) and len(rec.chunk_times_s) == len(rec.chunk_tokens)
 
 
 def _samples(h: Histogram) -> dict[tuple[str, str], float]:
@@ -143,9 +129,7 @@ async def test_a_slow_client_gets_a_large_stream_whole_through_the_relays_backpr
     await site.start()
     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
     records: list[ProxiedRequest] = []
-    proxy = CanaryProxy(
-        {"baseline": [Upstream(base, base + "/metrics")]}, Split(), on_record=records.append, seed=7, fast_relay=True
-    )
+    proxy = CanaryProxy({"baseline": [Upstream(base, base + "/metrics")]}, Split(), on_record=records.append, seed=7)
     try:
         async with proxied(proxy) as url, aiohttp.ClientSession() as session:
             async with session.post(f"{url}/v1/completions", data=b"{}") as resp:
