@@ -245,6 +245,16 @@ class _Connection(asyncio.Protocol):
 
     def _decode(self, data: bytes) -> bytes | None:
         """The payload of this read's chunks; sets ``complete`` at the end of the trailer. None on a framing error."""
+        if not (self._left or self._crlf or self._trailer or self._size_line):
+            # The common read: exactly one whole chunk (vLLM writes one SSE event per chunk, and each arrives alone).
+            end = data.find(b"\r\n", 0, 18)
+            if end > 0:
+                try:
+                    size = int(data[:end], 16)
+                except ValueError:  # a chunk extension, or not a size: the general path says which
+                    size = 0
+                if size > 0 and len(data) == end + size + 4 and data.endswith(b"\r\n"):
+                    return data[end + 2 : end + 2 + size]
         out: list[bytes] = []
         if self._size_line:  # the read before ended inside a chunk-size line (even between its CR and LF)
             data, self._size_line = self._size_line + data, b""

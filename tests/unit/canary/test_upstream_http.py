@@ -93,6 +93,29 @@ async def _chunked_bodies(seed: int) -> None:
     assert all(b >= a for (a, _), (b, _) in zip(res.pieces, res.pieces[1:])), "stamps in arrival order"
 
 
+async def test_one_chunk_per_read_and_chunk_extensions_decode_alike() -> None:
+    payloads = [b"data: %d\n\n" % i for i in range(20)]
+    pieces = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"]
+    pieces += [b"%x\r\n%b\r\n" % (len(p), p) for p in payloads[:10]]  # the fast path: one whole chunk a read
+    pieces += [b"%x;name=value\r\n%b\r\n" % (len(p), p) for p in payloads[10:]]  # with an extension
+    pieces.append(b"0\r\n\r\n")
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        await reader.read()
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        status, body, res = await fetch(client, url)
+        await client.close()
+    assert status == 200 and body == b"".join(payloads)
+    assert [d for _, d in res.pieces][:10] == payloads[:10], "one piece per read, as it arrived"
+
+
 async def test_keep_alive_reuses_a_connection_and_not_one_idle_too_long(monkeypatch: pytest.MonkeyPatch) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
