@@ -121,6 +121,7 @@ def one_arm_cells(plan: CheckPlan, out: Path) -> list[OneArmCell]:
                     continue
                 segments = sorted({r.segment for d in dirs[measured[0]] for r in load_run(d)[1]}) or [source.source]
                 found += [
-                    OneArmCell(traffic=traffic.name, sampling=sampling.name, segment=seg, measured=measured[0]) for seg in segments
+                    OneArmCell(traffic=traffic.name, sampling=sampling.name, segment=seg, measured=measured[0])
+                    for seg in segments
                 ]
     return found

@@ -68,7 +68,7 @@ def ratio_results(scale: float, n: int, q: float, rows: int, rng: np.random.Gene
 
 
 def simulate(
-    n: int, guard_scale: float, objective_scale: float, min_tail: int, seed: int, guardrails: Guardrails = Guardrails()
+    n: int, guard_scale: float, objective_scale: float, min_tail: int, seed: int, guardrails: Guardrails | None = None
 ) -> dict[str, int]:
     """Verdicts of PLANS simulated plans, and how many the old rule (against no change, uncorrected) vetoed."""
     rng = np.random.default_rng(seed)
@@ -76,6 +76,7 @@ def simulate(
     e2e = ratio_results(guard_scale, n, 0.99, rows, rng, min_tail)
     ttft = ratio_results(guard_scale, n, 0.99, rows, rng, min_tail)
     obj = ratio_results(objective_scale, n, 0.95, rows, rng, min_tail)
+    guardrails = guardrails or Guardrails()
     counts = {"GO": 0, "NO-GO": 0, "INCONCLUSIVE": 0, "guard_veto": 0, "old_veto": 0}
     budget = guardrails.max_p99_e2e_regression
     for p in range(PLANS):
