@@ -117,10 +117,16 @@ def _per_request_summary(reps: Sequence[Repetition]) -> np.ndarray:
     return np.asarray([float(np.mean(r)) for rep in reps for r in rep if len(r) > 0])
 
 
+# With two repetitions the between-repetition t-interval has one degree of freedom (t = 12.7 at 97.5 %):
+# its width says nothing, so widening needs three paired repetitions; below that the interval is the
+# request-level bootstrap's alone (analysis/definitions.py says so).
+MIN_REPETITIONS_TO_WIDEN = 3
+
+
 def _repetition_log_ratios(base: Sequence[Repetition], cand: Sequence[Repetition], q: float) -> list[float] | None:
     """log(candidate/baseline) of the q-quantile per repetition, pairing repetitions in run order."""
     pairs = min(len(base), len(cand))
-    if pairs < 2:
+    if pairs < MIN_REPETITIONS_TO_WIDEN:
         return None
     logs = []
     for b, c in zip(base[:pairs], cand[:pairs]):
@@ -227,7 +233,7 @@ def compare_percentile(
 ) -> RatioResult:
     """candidate/baseline of the q-quantile with a 95 % percentile-bootstrap interval.
 
-    With two or more repetitions per arm, the between-repetition spread is
+    With three or more repetitions per arm, the between-repetition spread is
     checked (``repetitions_disagree``); when the repetitions disagree more
     than request-level noise explains, the interval is widened to also cover
     a t-interval over the per-repetition ratios.

@@ -43,7 +43,12 @@ def more_requests_definition(target_change: float = DEFAULT_TARGET_CHANGE) -> st
 
 
 RATIO = "candidate / baseline of the percentile; below 1 means the candidate is faster"
-RATIO_INTERVAL = "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions"
+RATIO_INTERVAL = (
+    "95 % percentile-bootstrap interval of the ratio, requests resampled within repetitions; with three or more "
+    "repetitions per arm, widened to a t-interval over the per-repetition ratios when they disagree beyond "
+    "request-level noise (Cochran's Q, p < 0.05); with two, never widened: a t-interval on one degree of freedom "
+    "is useless, so run three repetitions when between-repetition drift matters"
+)
 
 # compare.json's definitions, in this order.
 COMPARISON_DEFINITIONS: dict[str, str] = {
@@ -57,12 +62,21 @@ COMPARISON_DEFINITIONS: dict[str, str] = {
 
 # A check's report adds these to the metric definitions.
 CHECK_RATIO = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s)"
-CHECK_INTERVAL = "percentile bootstrap, requests resampled within repetitions (per-token ITL by request)"
+CHECK_INTERVAL = (
+    "percentile bootstrap, requests resampled within repetitions (per-token ITL by request); widened for "
+    "disagreeing repetitions only with three or more of them"
+)
+GUARDRAIL_TEST = (
+    "a guardrail holds when its 95 % interval lies within its budget (ratio upper end <= 1 + budget; for errors, "
+    "Newcombe's score interval of candidate rate - baseline rate <= budget); it is beyond the budget (NO-GO) when "
+    "its one-sided test against the budget rejects with Holm's correction over every guardrail test of the plan "
+    "(family-wise alpha 5 %); otherwise it straddles the budget (INCONCLUSIVE)"
+)
 
 
 def check_definitions() -> dict[str, str]:
     """verdict.json's, report.md's and report.html's definitions."""
-    return {**METRIC_DEFINITIONS, "ratio": CHECK_RATIO, "95% CI": CHECK_INTERVAL}
+    return {**METRIC_DEFINITIONS, "ratio": CHECK_RATIO, "95% CI": CHECK_INTERVAL, "guardrail": GUARDRAIL_TEST}
 
 
 # The terminal's one-line reminders.

@@ -10,7 +10,7 @@ from specguard.check.plan import CheckPlan
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
-from specguard.verdict import CellComparison
+from specguard.verdict import CellComparison, OneArmCell
 
 _CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
 
@@ -39,7 +39,7 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                     records[arm] = [load_run(d)[1] for d in dirs]
                     summaries[arm] = [load_summary(d) for d in dirs]
                 if not records["baseline"] or not records["candidate"]:
-                    continue
+                    continue  # one_arm_cells names it for the verdict
                 segments = sorted({r.segment for reps in records.values() for rep in reps for r in rep})
                 for seg in segments:
                     b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
@@ -82,6 +82,10 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                             p99_ttft=m["ttft_ms"]["p99"],
                             error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
                             error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
+                            errors_baseline=sum(not r.ok for rep in b for r in rep),
+                            errors_candidate=sum(not r.ok for rep in c for r in rep),
+                            requests_baseline=nb,
+                            requests_candidate=nc,
                             preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
                             preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
                             acceptance_rate=_acceptance_rate(sc),
@@ -99,3 +103,25 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
 def _sum_or_none(xs: Sequence[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
     return sum(vals) if vals else None
+
+
+def one_arm_cells(plan: CheckPlan, out: Path) -> list[OneArmCell]:
+    """Cells with measured runs on one arm only: ``cell_comparisons`` cannot compare them, the verdict must say so.
+
+    The segment is the prompt source's segments as its runs name them, or the source itself when none does.
+    """
+    found: list[OneArmCell] = []
+    for traffic in plan.traffic:
+        for sampling in plan.sampling:
+            for i, source in enumerate(plan.prompts):
+                key = cell_key(traffic.name, sampling.name, i)
+                dirs = {arm: CheckDir(out).measured_runs(arm, key, plan.repetitions) for arm in ARMS}
+                measured = [arm for arm in ARMS if dirs[arm]]
+                if len(measured) != 1:
+                    continue
+                segments = sorted({r.segment for d in dirs[measured[0]] for r in load_run(d)[1]}) or [source.source]
+                found += [
+                    OneArmCell(traffic=traffic.name, sampling=sampling.name, segment=seg, measured=measured[0])
+                    for seg in segments
+                ]
+    return found

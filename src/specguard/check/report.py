@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS, check_definitions
-from specguard.check.aggregate import cell_comparisons
+from specguard.check.aggregate import cell_comparisons, one_arm_cells
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
@@ -99,7 +99,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     """verdict.json of a complete check, decided from its stored runs."""
     plan = record.plan
     cells = cell_comparisons(plan, out)
-    verdict = decide(cells, plan.objective, plan.guardrails, record.failures)
+    verdict = decide(cells, plan.objective, plan.guardrails, record.failures, one_arm_cells(plan, out))
     inventory = observed_inventory(record, out)
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None

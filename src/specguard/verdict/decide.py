@@ -4,23 +4,40 @@ A cell is one traffic level x sampling setting x prompt segment; segments are
 never averaged together. GO only when at least one cell was measured on both
 arms, the objective improves by at least the minimum, with its interval
 excluding no change, in every cell at the target traffic level(s), and
-nothing regresses anywhere: P99 E2E and TTFT within their budgets, errors and
-preemptions within theirs, no crash or OOM.
+nothing can be beyond its budget anywhere: every guardrail's interval (P99 E2E
+and TTFT ratios, the error-rate difference) lies within its budget, preemptions
+within theirs, no crash or OOM, and no cell was measured on one arm only. A
+guardrail is NO-GO only when it lies beyond its budget with Holm's correction
+over all guardrail tests of the plan; straddling the budget is INCONCLUSIVE
+(see ``budget_tests`` for why this shape).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.verdict.budget_tests import (
+    MAX_ADVICE,
+    error_difference_interval,
+    error_p_beyond,
+    holm,
+    ratio_p_beyond,
+    ratio_upper,
+    requests_to_resolve,
+)
 from specguard.verdict.model import (
     CellComparison,
     CellLine,
     Failure,
     GuardrailRule,
     ObjectiveRule,
+    OneArmCell,
     Reason,
+    ReasonCode,
     Status,
     Verdict,
     VerdictName,
@@ -94,51 +111,121 @@ def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveR
     return None
 
 
-def guardrail_reason(name: str, r: RatioResult, budget: float, where: str) -> Reason | None:
-    """A regressed or an unverified P99 guardrail, or None when it holds."""
+@dataclass(frozen=True)
+class GuardTest:
+    """One guardrail of one cell tested against its budget: a member of the family Holm corrects over."""
+
+    cell: str
+    metric: str
+    budget: float
+    p_beyond: float  # one-sided p of "within the budget": small when it is beyond
+    within: bool  # the GO side: the interval's upper end lies within the budget
+    numbers: dict[str, float]
+    more_requests_needed: int
+    unverified: Reason | None = None  # too few samples for any test
+
+
+def ratio_guard(name: str, r: RatioResult, budget: float, where: str) -> GuardTest:
+    """A P99 guardrail as a test of "ratio <= 1 + budget"."""
+    numbers = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high, "budget": budget}
     if not r.enough_samples:
         per_arm = min(r.n_baseline, r.n_candidate)
-        return Reason(
+        reason = Reason(
             code="guardrail_unverified",
             cell=where,
             metric=name,
             numbers={"requests_per_arm": per_arm, "more_requests_needed": r.more_requests_needed},
             text=f"{name} at {where} unverified: {per_arm} requests per arm, {r.more_requests_needed} more needed",
         )
-    if r.ratio > 1 + budget and r.ci_low > 1:
-        return Reason(
-            code="guardrail_regressed",
-            cell=where,
-            metric=name,
-            numbers={"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high, "budget": budget},
-            text=f"{name} regressed at {where}: x{r.ratio:.2f} (95% CI {r.ci_low:.2f}-{r.ci_high:.2f}), budget +{budget:.0%}",
+        return GuardTest(where, name, budget, 1.0, False, numbers, r.more_requests_needed, reason)
+    limit = 1 + budget
+    within = ratio_upper(r) <= limit
+    return GuardTest(where, name, budget, ratio_p_beyond(r, limit), within, numbers, requests_to_resolve(r, limit))
+
+
+def error_counts(cell: CellComparison) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(errors, requests) per arm; a cell without counts (older inputs) takes them from its rates and P99 E2E sizes."""
+    eb, nb, ec, nc = cell.errors_baseline, cell.requests_baseline, cell.errors_candidate, cell.requests_candidate
+    if eb is not None and nb is not None and ec is not None and nc is not None:
+        return (eb, nb), (ec, nc)
+    nb, nc = cell.p99_e2e.n_baseline, cell.p99_e2e.n_candidate
+    return (round(cell.error_rate_baseline * nb), nb), (round(cell.error_rate_candidate * nc), nc)
+
+
+def _error_advice(lo: float, hi: float, budget: float, n: int) -> int:
+    """More requests per arm that would move the difference's interval off the budget (half-width as 1/sqrt(n))."""
+    d = abs((hi + lo) / 2 - budget)
+    if d == 0:
+        return MAX_ADVICE
+    return min(max(math.ceil(n * ((hi - lo) / 2 / d) ** 2) - n, 0), MAX_ADVICE)
+
+
+def error_guard(cell: CellComparison, budget: float) -> GuardTest:
+    """The error rate as a two-proportion test of "candidate rate - baseline rate <= budget"."""
+    (eb, nb), (ec, nc) = error_counts(cell)
+    numbers = {"baseline": cell.error_rate_baseline, "candidate": cell.error_rate_candidate, "budget": budget}
+    if nb == 0 or nc == 0:
+        reason = Reason(
+            code="guardrail_unverified",
+            cell=cell.name,
+            metric="error_rate",
+            numbers={"requests_per_arm": min(nb, nc), "more_requests_needed": 0},
+            text=f"error rate at {cell.name} unverified: an arm without requests",
         )
-    return None
+        return GuardTest(cell.name, "error_rate", budget, 1.0, False, numbers, 0, reason)
+    lo, hi = error_difference_interval((eb, nb), (ec, nc))
+    numbers |= {"ci_low": lo, "ci_high": hi, "errors_baseline": eb, "errors_candidate": ec}
+    numbers |= {"requests_baseline": nb, "requests_candidate": nc}
+    p = error_p_beyond((eb, nb), (ec, nc), budget)
+    return GuardTest(cell.name, "error_rate", budget, p, hi <= budget, numbers, _error_advice(lo, hi, budget, min(nb, nc)))
 
 
-def guardrail_reasons(cell: CellComparison, guardrails: GuardrailRule) -> list[Reason]:
-    out = [
-        guardrail_reason("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression, cell.name),
-        guardrail_reason("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression, cell.name),
+def guard_tests(cell: CellComparison, guardrails: GuardrailRule) -> list[GuardTest]:
+    return [
+        ratio_guard("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression, cell.name),
+        ratio_guard("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression, cell.name),
+        error_guard(cell, guardrails.max_error_rate_increase),
     ]
-    return [r for r in out if r is not None]
 
 
-def error_reasons(cell: CellComparison, guardrails: GuardrailRule) -> list[Reason]:
-    """Errors and preemptions beyond their budgets."""
+def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
+    """What a guardrail says: beyond its budget (Holm-rejected), straddling it, or None when it holds."""
+    if t.unverified is not None:
+        return t.unverified
+    numbers = t.numbers | {"p_value": t.p_beyond}
+    lo, hi = t.numbers["ci_low"], t.numbers["ci_high"]
+    code: ReasonCode
+    if t.metric == "error_rate":
+        b, c = t.numbers["baseline"], t.numbers["candidate"]
+        what = f"{b:.1%} -> {c:.1%} (difference 95% CI {lo:+.1%} to {hi:+.1%}), budget +{t.budget:.1%}"
+        code, text = "error_rate_rose", f"error rate rose at {t.cell}: {what}"
+        unresolved: ReasonCode = "error_rate_unresolved"
+    else:
+        what = f"x{t.numbers['ratio']:.2f} (95% CI x{lo:.2f} to x{hi:.2f}), budget +{t.budget:.0%}"
+        code, text = "guardrail_regressed", f"{t.metric} regressed at {t.cell}: {what}"
+        unresolved = "guardrail_unresolved"
+    if beyond:
+        return Reason(code=code, cell=t.cell, metric=t.metric, numbers=numbers, text=text)
+    if t.within:
+        return None
+    need = t.more_requests_needed
+    numbers["more_requests_needed"] = need
+    name = "error rate" if t.metric == "error_rate" else t.metric
+    text = f"{name} at {t.cell} straddles its budget: {what}; about {need} more requests per arm would resolve it"
+    return Reason(code=unresolved, cell=t.cell, metric=t.metric, numbers=numbers, text=text)
+
+
+def guardrail_verdicts(cells: Sequence[CellComparison], guardrails: GuardrailRule) -> list[list[Reason]]:
+    """Per cell, its guardrails' reasons; the NO-GO claims made with Holm's correction over the whole plan."""
+    tests = [guard_tests(c, guardrails) for c in cells]
+    flat = [t for ts in tests for t in ts if t.unverified is None]
+    beyond = {id(t): b for t, b in zip(flat, holm([t.p_beyond for t in flat]))}
+    return [[r for t in ts if (r := guard_reason(t, beyond.get(id(t), False))) is not None] for ts in tests]
+
+
+def preemption_reasons(cell: CellComparison, guardrails: GuardrailRule) -> list[Reason]:
+    """Preemptions beyond their budget: summed counts per arm, no test (any rise past the budget counts)."""
     out = []
-    b, c = cell.error_rate_baseline, cell.error_rate_candidate
-    if c - b > guardrails.max_error_rate_increase:
-        budget = guardrails.max_error_rate_increase
-        out.append(
-            Reason(
-                code="error_rate_rose",
-                cell=cell.name,
-                metric="error_rate",
-                numbers={"baseline": b, "candidate": c, "budget": budget},
-                text=f"error rate rose at {cell.name}: {b:.1%} -> {c:.1%} (budget +{budget:.1%})",
-            )
-        )
     pb, pc = cell.preemptions_baseline, cell.preemptions_candidate
     if pb is not None and pc is not None and pc - pb > guardrails.max_preemption_increase:
         out.append(
@@ -178,7 +265,7 @@ def go_reason(obj_name: str, objective: ObjectiveRule) -> Reason:
         metric=obj_name,
         numbers={"min_improvement": objective.min_improvement},
         text=f"{obj_name} improves by at least {objective.min_improvement:.0%} with its interval excluding "
-        "no change in every target cell, and no guardrail regressed at any level",
+        "no change in every target cell, and every guardrail's interval lies within its budget at every level",
     )
 
 
@@ -187,15 +274,30 @@ def secondary(r: Reason) -> Reason:
 
 
 def cell_reasons(
-    cell: CellComparison, line: CellLine, objective: ObjectiveRule, obj_name: str, guardrails: GuardrailRule
+    cell: CellComparison,
+    line: CellLine,
+    objective: ObjectiveRule,
+    obj_name: str,
+    guardrails: GuardrailRule,
+    guards: list[Reason],
 ) -> list[Reason]:
-    """Everything one cell says against GO, in the order people read it: objective, tails, errors."""
+    """Everything one cell says against GO, in the order people read it: objective, tails and errors, preemptions."""
     obj = objective_reason(cell, line, objective, obj_name) if cell.target else None
-    return ([obj] if obj else []) + guardrail_reasons(cell, guardrails) + error_reasons(cell, guardrails)
+    return ([obj] if obj else []) + guards + preemption_reasons(cell, guardrails)
+
+
+def one_arm_reason(c: OneArmCell) -> Reason:
+    text = f"{c.name} was measured on the {c.measured} arm only: no comparison there"
+    return Reason(code="cell_one_arm", cell=c.name, text=text)
+
+
+UNSURE: frozenset[str] = frozenset(
+    {"objective_undersampled", "guardrail_unverified", "guardrail_unresolved", "error_rate_unresolved", "cell_one_arm"}
+)
 
 
 def is_unsure(r: Reason) -> bool:
-    return r.code in ("objective_undersampled", "guardrail_unverified")
+    return r.code in UNSURE
 
 
 def verdict_and_reasons(nogo: list[Reason], unsure: list[Reason], measured: bool, go: Reason) -> tuple[VerdictName, list[Reason]]:
@@ -214,13 +316,17 @@ def decide(
     objective: ObjectiveRule,
     guardrails: GuardrailRule,
     failures: Sequence[Failure] = (),
+    one_arm: Sequence[OneArmCell] = (),
 ) -> Verdict:
+    """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach)."""
     higher = objective.metric == "output_tokens_per_s"
     obj_name = f"{objective.percentile} {objective.metric}"
     lines = [cell_line(c, obj_name, higher) for c in cells]
+    guards = guardrail_verdicts(cells, guardrails)
     found = failure_reasons(failures) + [
-        r for c, line in zip(cells, lines) for r in cell_reasons(c, line, objective, obj_name, guardrails)
+        r for c, line, g in zip(cells, lines, guards) for r in cell_reasons(c, line, objective, obj_name, guardrails, g)
     ]
+    found += [one_arm_reason(c) for c in one_arm]
     nogo = [r for r in found if not is_unsure(r)]
     unsure = condense([r for r in found if is_unsure(r)])
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))

@@ -21,8 +21,11 @@ ReasonCode = Literal[
     "objective_below_minimum",
     "guardrail_regressed",
     "guardrail_unverified",
+    "guardrail_unresolved",
     "guardrails_unverified_more",
     "error_rate_rose",
+    "error_rate_unresolved",
+    "cell_one_arm",
     "preemptions_rose",
 ]
 
@@ -62,6 +65,11 @@ class CellComparison(BaseModel):
     p99_ttft: RatioResult
     error_rate_baseline: float
     error_rate_candidate: float
+    # The error-rate test needs counts, not rates; None in inputs made before they were recorded.
+    errors_baseline: int | None = None
+    errors_candidate: int | None = None
+    requests_baseline: int | None = None
+    requests_candidate: int | None = None
     preemptions_baseline: float | None = None
     preemptions_candidate: float | None = None
     acceptance_rate: float | None = None
@@ -71,6 +79,19 @@ class CellComparison(BaseModel):
     waiting_candidate: float | None = None
     client_warnings: list[str] = []
     metrics: dict[str, dict[str, RatioResult]] = {}
+
+    @property
+    def name(self) -> str:
+        return f"{self.traffic} / {self.sampling} / {self.segment}"
+
+
+class OneArmCell(BaseModel):
+    """A cell that only one arm measured (the other's runs are missing): no comparison, and no GO."""
+
+    traffic: str
+    sampling: str
+    segment: str
+    measured: str  # the arm that has runs
 
     @property
     def name(self) -> str:

@@ -112,3 +112,12 @@ def test_each_arm_gets_its_own_interval_covering_its_estimate():
     assert est.baseline_ci[0] <= est.baseline <= est.baseline_ci[1]
     assert est.candidate_ci[0] <= est.candidate <= est.candidate_ci[1]
     assert est.baseline_ci[0] <= np.exp(3 + 0.5 * 1.6449) <= est.baseline_ci[1]  # the true lognormal p95
+
+
+def test_two_repetitions_never_widen_three_do():
+    """One degree of freedom makes a between-repetition t-interval useless: widening needs three repetitions."""
+    rng = np.random.default_rng(9)
+    base = [per_request(rng.lognormal(3, 0.2, 200)) for _ in range(3)]
+    cand = [per_request(level * rng.lognormal(3, 0.2, 200)) for level in (0.7, 1.3, 1.0)]
+    assert compare_percentile(base, cand, 0.5, seed=4).repetition_spread_widened
+    assert not compare_percentile(base[:2], cand[:2], 0.5, seed=4).repetition_spread_widened
