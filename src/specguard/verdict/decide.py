@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.verdict.model import (
     CellComparison,
     CellLine,
@@ -67,7 +68,7 @@ def cell_line(cell: CellComparison, obj_name: str, higher: bool) -> CellLine:
 
 def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveRule, obj_name: str) -> Reason | None:
     """What the objective says at a target cell: None when it improves by the minimum, with confidence."""
-    higher = objective.metric == "output_tokens_per_s"
+    higher = objective.metric in HIGHER_IS_BETTER
     gain, low, high = objective_gain(cell.objective, higher)
     numbers = {"gain": gain, "ci_low": low, "ci_high": high}
     if line.status == "inconclusive":
@@ -215,7 +216,7 @@ def decide(
     guardrails: GuardrailRule,
     failures: Sequence[Failure] = (),
 ) -> Verdict:
-    higher = objective.metric == "output_tokens_per_s"
+    higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
     lines = [cell_line(c, obj_name, higher) for c in cells]
     found = failure_reasons(failures) + [
