@@ -201,3 +201,31 @@ def test_goodput_guardrail_is_a_non_inferiority_test(lo: float, hi: float, enoug
     assert g.status == status and g.bound == pytest.approx(0.95)
     if status == "straddles":
         assert "7 more requests" in g.text
+
+
+def test_compare_runs_compares_goodput_only_under_one_set_of_slos() -> None:
+    from specguard.analysis.compare import compare_runs
+    from specguard.results.models import LoadShape, RunInfo, SamplingOverrides
+
+    def info(slo: Slo | None) -> RunInfo:
+        return RunInfo(
+            tool_version="0",
+            base_url="http://127.0.0.1:9",
+            api="completions",
+            model="m",
+            metrics_url=None,
+            prompt_source="synthetic:random",
+            prompt_count=1,
+            load=LoadShape(kind="constant", rate=10, num_requests=200),
+            sampling=SamplingOverrides(),
+            started_unix=0.0,
+            started_monotonic=0.0,
+            slo=slo,
+        )
+
+    b, c = arm(4, reps=1)[0], arm(10, reps=1)[0]
+    same = compare_runs("b", (info(SLO), b), "c", (info(SLO), c))
+    assert same.goodput is not None and same.goodput.ratio > 1 and not same.notes
+    other = compare_runs("b", (info(SLO), b), "c", (info(Slo(ttft_ms=800)), c))
+    assert other.comparable and other.goodput is None and "SLOs differ" in other.notes[0]
+    assert compare_runs("b", (info(None), b), "c", (info(None), c)).goodput is None
