@@ -99,6 +99,13 @@ def bench(
     busy_poll: Annotated[
         bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")
     ] = False,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            help="SLOs for goodput, ms, any subset: ttft_ms=..,itl_ms=..,tpot_ms=..,e2e_ms=.. "
+            "(itl_ms bounds each request's p95 per-token ITL)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
@@ -138,6 +145,7 @@ def bench(
             tokenizer=tokenizer,
             request_timeout=request_timeout,
             busy_poll=busy_poll,
+            slo=slo,
         ),
         {},
     )

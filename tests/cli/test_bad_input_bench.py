@@ -108,6 +108,13 @@ CASES = [
     (["--prompts", ""], USAGE, "--prompts: expected a JSONL prompt file or synthetic:NAME"),
     (["--prompts", " "], USAGE, "--prompts: expected a JSONL prompt file or synthetic:NAME"),
     (["--unknown-option"], USAGE, "No such option: --unknown-option"),
+    # SLOs: unknown keys and non-positive bounds name the option
+    (["--slo", "ttft=500"], USAGE, "--slo ttft=500: unknown key 'ttft'"),
+    (["--slo", "ttft_ms=0"], USAGE, "--slo ttft_ms=0: ttft_ms must be a positive number"),
+    (["--slo", "itl_ms=-1"], USAGE, "--slo itl_ms=-1: itl_ms must be a positive number"),
+    (["--slo", "e2e_ms=nan"], USAGE, "--slo e2e_ms=nan: e2e_ms must be a positive number"),
+    (["--slo", "tpot_ms=abc"], USAGE, "--slo tpot_ms=abc: tpot_ms='abc' is not a number"),
+    (["--slo", ","], USAGE, "--slo ',': give at least one of"),
 ]
 
 

@@ -17,6 +17,7 @@ from specguard.analysis.ab_statistics import RatioResult, Repetition, compare_pe
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, DEFAULT_TARGET_CHANGE, MIN_TAIL_SAMPLES
 from specguard.analysis.definitions import COMPARISON_DEFINITIONS
 from specguard.analysis.request_metrics import per_token_itl, tpot
+from specguard.analysis.slo import compare_goodput
 from specguard.results.models import RequestRecord, RunInfo
 
 COMPARE_SCHEMA = "specguard.compare/1"
@@ -34,6 +35,8 @@ class Comparison(BaseModel):
     itl_ms: dict[str, RatioResult] | None = None
     tpot_ms: dict[str, RatioResult] | None = None
     e2e_ms: dict[str, RatioResult] | None = None
+    goodput: RatioResult | None = Field(default=None, description="candidate / baseline goodput, when both runs share SLOs")
+    notes: list[str] = Field(default_factory=list)
     definitions: dict[str, str] = Field(default_factory=lambda: dict(COMPARISON_DEFINITIONS))
 
     @property
@@ -157,6 +160,7 @@ def compare_runs(
     if diffs:
         return Comparison(comparable=False, differences=diffs, baseline=base_name, candidate=cand_name)
     m = compare_repetitions([base[1]], [cand[1]], seed=seed)
+    goodput, notes = _goodput(base, cand, seed)
     return Comparison(
         comparable=True,
         differences=[],
@@ -166,4 +170,20 @@ def compare_runs(
         itl_ms=m["itl_ms"],
         tpot_ms=m["tpot_ms"],
         e2e_ms=m["e2e_ms"],
+        goodput=goodput,
+        notes=notes,
     )
+
+
+def _goodput(
+    base: tuple[RunInfo, Sequence[RequestRecord]], cand: tuple[RunInfo, Sequence[RequestRecord]], seed: int
+) -> tuple[RatioResult | None, list[str]]:
+    """Goodput is compared only against one set of SLOs: the same in both runs' run.json."""
+    sb, sc = base[0].slo, cand[0].slo
+    if sb is None and sc is None:
+        return None, []
+    if sb != sc:
+        shown = [s.given() if s is not None else "none" for s in (sb, sc)]
+        return None, [f"no goodput comparison: the runs' SLOs differ ({shown[0]} vs {shown[1]})"]
+    assert sb is not None  # equal and not both None
+    return compare_goodput([base[1]], [cand[1]], sb, seed=seed), []

@@ -23,6 +23,12 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "output_tokens_per_s": "Sum of output tokens of successful requests divided by the measured window "
     "(first send to last response end).",
     "request_rate": "Requests finished (ok or not) divided by the measured window.",
+    "slo": "Service-level objectives in ms, any subset of ttft_ms, itl_ms, tpot_ms, e2e_ms. A request meets them when "
+    "it succeeded and each of its values is at or under its bound; for itl_ms the value is the request's own p95 of "
+    "its per-token ITL (not its maximum, which one late chunk sets). A value the request does not have (ITL after a "
+    "single token-bearing chunk, TPOT under 2 tokens) cannot miss. Failed requests never meet them.",
+    "slo.goodput": "Requests that met every SLO divided by the measured window (the window of request_rate), requests/s.",
+    "slo.attainment": "Requests that met every SLO / all measured requests, failed ones included.",
     "error_rate": "Failed requests / all measured requests. Warm-up requests are excluded.",
     "send_lag_ms": "Actual send time minus scheduled send time: how late the client released each request.",
     "event_loop_lag_ms": "How late the client's event loop woke up a periodic 10 ms timer: a busy client shows here.",
@@ -33,6 +39,16 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "acceptance.mean_length": "1 + accepted tokens / drafts (vLLM's definition, bonus token included).",
     "acceptance.per_position": "accepted_tokens_per_pos[i] / drafts: the share of drafts whose first i+1 tokens were accepted.",
 }
+
+
+# Objective metrics that improve by rising; the latencies improve by falling.
+HIGHER_IS_BETTER: frozenset[str] = frozenset({"output_tokens_per_s", "goodput"})
+
+GOODPUT_INTERVAL = (
+    "goodput ratio: 95 % percentile-bootstrap interval, the SLO-met indicator resampled over requests within "
+    "repetitions with each run's window fixed (a segment's requests over their run's whole window); widened to a "
+    "t-interval over per-repetition ratios when repetitions disagree beyond request-level noise (Cochran's Q)"
+)
 
 
 def more_requests_definition(target_change: float = DEFAULT_TARGET_CHANGE) -> str:
@@ -58,10 +74,11 @@ COMPARISON_DEFINITIONS: dict[str, str] = {
     "mann_whitney_p": "two-sided Mann-Whitney U test on one value per request (the mean for per-token ITL)",
     "prob_candidate_lower": "probability that a random candidate request is lower than a random baseline one",
     "more_requests_needed": more_requests_definition(),
+    "goodput": GOODPUT_INTERVAL,
 }
 
 # A check's report adds these to the metric definitions.
-CHECK_RATIO = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s)"
+CHECK_RATIO = "candidate / baseline; below 1 is faster for latencies (above 1 is better for tokens/s and goodput)"
 CHECK_INTERVAL = (
     "percentile bootstrap, requests resampled within repetitions (per-token ITL by request); widened for "
     "disagreeing repetitions only with three or more of them"

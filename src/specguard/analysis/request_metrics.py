@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specguard.results.models import RequestRecord
+
+__all__ = ["inter_chunk_gaps", "measured_window", "per_token_itl", "tpot"]
+
 
 def per_token_itl(chunk_times_s: Sequence[float], chunk_tokens: Sequence[int]) -> list[float]:
     """Inter-token latencies in seconds, one per token after the first chunk.
@@ -38,3 +42,12 @@ def tpot(ttft_s: float | None, e2e_s: float | None, output_tokens: int | None) -
     if ttft_s is None or e2e_s is None or output_tokens is None or output_tokens < 2:
         return None
     return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+def measured_window(records: Sequence[RequestRecord]) -> float:
+    """Seconds from the first send to the last response end (ok or not): the window every per-second rate divides by."""
+    if not records:
+        return 0.0
+    start = min(r.sent_s for r in records)
+    end = max(r.sent_s + (r.stream_end_s or r.e2e_s or 0.0) for r in records)
+    return max(end - start, 1e-9)

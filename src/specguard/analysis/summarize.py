@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from specguard.analysis.client_stalls import client_stalls
 from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.percentiles import percentiles
-from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl, tpot
+from specguard.analysis.request_metrics import inter_chunk_gaps, measured_window, per_token_itl, tpot
+from specguard.analysis.slo import slo_attainment
 from specguard.results.models import (
     Acceptance,
     ClientStalls,
@@ -19,6 +20,7 @@ from specguard.results.models import (
     MetricsSample,
     Percentiles,
     RequestRecord,
+    Slo,
     Summary,
     TokenSource,
 )
@@ -30,14 +32,6 @@ class ClientLagLimits(BaseModel):
 
     send_lag_p99_ms: float = 10.0
     event_loop_lag_p99_ms: float = 10.0
-
-
-def _window(records: Sequence[RequestRecord]) -> float:
-    if not records:
-        return 0.0
-    start = min(r.sent_s for r in records)
-    end = max(r.sent_s + (r.stream_end_s or r.e2e_s or 0.0) for r in records)
-    return max(end - start, 1e-9)
 
 
 def _gauge(samples: Sequence[MetricsSample], name: str) -> GaugeSeries | None:
@@ -78,13 +72,17 @@ def summarize(
     loop_lags_s: Sequence[float] = (),
     stalls_s: Sequence[tuple[float, float]] | None = None,
     limits: ClientLagLimits | None = None,
+    slo: Slo | None = None,
 ) -> Summary:
-    """``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk)."""
+    """``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk).
+
+    ``slo``: count goodput and SLO attainment against these, over the same window as the throughputs.
+    """
     limits = limits or ClientLagLimits()
     ok = [r for r in records if r.ok]
     errors = len(records) - len(ok)
     timing = _client_timing(ok)
-    duration = _window(records)
+    duration = measured_window(records)
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     server = _server_window(records, samples)
     scrape_gaps = sum(1 for s in samples if not s.ok)
@@ -113,6 +111,7 @@ def summarize(
         request_rate=len(records) / duration if records else 0.0,
         output_tokens=out_tokens,
         output_tokens_per_s=out_tokens / duration if records else 0.0,
+        slo=slo_attainment(records, slo, duration) if slo is not None else None,
         ttft_ms=percentiles([r.ttft_s for r in ok if r.ttft_s is not None], 1000.0),
         itl_ms=percentiles(timing.itl, 1000.0),
         tpot_ms=percentiles(timing.tpots, 1000.0),

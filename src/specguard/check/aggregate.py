@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
+from specguard.analysis.slo import compare_goodput
 from specguard.check.plan import CheckPlan
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
@@ -53,7 +54,23 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                         # the sample-size advice sizes for the change the objective counts
                         target_change=plan.objective.min_improvement,
                     )
-                    if plan.objective.metric == "output_tokens_per_s":
+                    if plan.slo is not None:
+                        # candidate/baseline goodput, this segment's met requests over each run's whole window
+                        m["goodput"] = {
+                            "rate": compare_goodput(
+                                records["baseline"],
+                                records["candidate"],
+                                plan.slo,
+                                segment=seg,
+                                seed=plan.seed,
+                                resamples=plan.statistics.resamples,
+                                min_tail=plan.statistics.min_tail_samples,
+                                target_change=plan.objective.min_improvement,
+                            )
+                        }
+                    if plan.objective.metric == "goodput":
+                        objective = m["goodput"]["rate"]
+                    elif plan.objective.metric == "output_tokens_per_s":
                         objective = throughput_ratio(
                             [s.output_tokens_per_s for s in summaries["baseline"]],
                             [s.output_tokens_per_s for s in summaries["candidate"]],

@@ -15,7 +15,7 @@ from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TA
 from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.models_base import FiniteModel
-from specguard.results.models import LoadShape
+from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
 from specguard.vllm.server_spec import ServerSpec
 from specguard.yaml_files import load_yaml_model
@@ -99,12 +99,12 @@ class PromptSource(FiniteModel):
     count: int = Field(default=64, gt=0, description="items of a synthetic set")
 
 
-Metric = Literal["itl_ms", "tpot_ms", "e2e_ms", "ttft_ms", "output_tokens_per_s"]
+Metric = Literal["itl_ms", "tpot_ms", "e2e_ms", "ttft_ms", "output_tokens_per_s", "goodput"]
 
 
 class Objective(FiniteModel):
     metric: Metric = "itl_ms"
-    percentile: Literal["p50", "p95", "p99"] = "p95"
+    percentile: Literal["p50", "p95", "p99"] = Field(default="p95", description="latencies only; rates ignore it")
     min_improvement: float = Field(default=0.10, ge=0, lt=1)
 
 
@@ -135,12 +135,15 @@ class CheckPlan(FiniteModel):
     objective: Objective = Objective()
     guardrails: Guardrails = Guardrails()
     statistics: Statistics = Statistics()
+    slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
 
     @model_validator(mode="after")
     def _names_unique_and_a_target(self) -> CheckPlan:
         for kind, names in (("traffic", [t.name for t in self.traffic]), ("sampling", [s.name for s in self.sampling])):
             if len(set(names)) != len(names):
                 raise ValueError(f"{kind} names must be unique (got {names})")
+        if self.objective.metric == "goodput" and self.slo is None:
+            raise ValueError("objective metric goodput needs 'slo:' (for example slo: {ttft_ms: 500, itl_ms: 50})")
         if not any(t.target for t in self.traffic):
             raise ValueError("mark at least one traffic level 'target: true' (where the objective must improve)")
         return self

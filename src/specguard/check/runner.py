@@ -263,6 +263,7 @@ def _run_block(
                     out_dir=run_dir,
                     api_key=api_key,
                     default_max_tokens=plan.max_tokens,
+                    slo=plan.slo,
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:

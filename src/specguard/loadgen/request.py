@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from specguard.analysis.slo import parse_slo
 from specguard.analysis.summarize import format_error_kinds
 from specguard.errors import Interrupted, OptionError, OutputExistsError, RequestsFailedError
 from specguard.loadgen import runner
@@ -86,6 +87,7 @@ class BenchRequest(BaseModel):
     tokenizer: Path | None = None
     request_timeout: float = default(BenchConfig, "request_timeout_s")
     busy_poll: bool = default(BenchConfig, "busy_poll")
+    slo: str | None = None
 
     @model_validator(mode="after")
     def _options_agree(self) -> BenchRequest:
@@ -101,6 +103,8 @@ class BenchRequest(BaseModel):
             check_base_url(self.base_url)
         except ValueError as exc:
             raise OptionError(f"--base-url {self.base_url}: {exc}") from exc
+        if self.slo is not None:
+            parse_slo(self.slo)  # raises OptionError naming --slo
         if not self.prompts.strip():
             raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
         return self
@@ -147,6 +151,7 @@ def bench_config(request: BenchRequest) -> BenchConfig:
             "request_timeout_s": request.request_timeout,
             "scrape_interval_s": request.scrape_interval,
             "busy_poll": request.busy_poll,
+            "slo": parse_slo(request.slo) if request.slo is not None else None,
         },
         BENCH_OPTIONS,
     )

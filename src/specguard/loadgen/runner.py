@@ -31,7 +31,7 @@ from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.recorder import Recorder, RecordWritten
-from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Summary
+from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Slo, Summary
 from specguard.results.store import RunWriter, read_jsonl
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import auth_headers, inspect_server
@@ -65,6 +65,7 @@ class BenchConfig(BaseModel):
     scrape_interval_s: float = Field(default=1.0, ge=MIN_SCRAPE_INTERVAL_S)
     lag_limits: ClientLagLimits = ClientLagLimits()
     busy_poll: bool = False
+    slo: Slo | None = None
 
 
 class ProgressSink:
@@ -398,6 +399,7 @@ class _Measurement:
             loop_lags_s=self.run_state.loop_lags,
             stalls_s=self.run_state.stalls,
             limits=self.cfg.lag_limits,
+            slo=self.cfg.slo,
         )
         if self.interrupted and self.phase == "warm-up":
             summary.notes.insert(0, "interrupted during warm-up: no request was measured")
@@ -456,4 +458,5 @@ def _run_info(cfg: BenchConfig, server_version: str | None) -> RunInfo:
         server_version=server_version,
         started_unix=time.time(),
         started_monotonic=time.monotonic(),
+        slo=cfg.slo,
     )

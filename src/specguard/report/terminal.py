@@ -39,6 +39,9 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
     table.add_row("requests (errors)", *[f"{x.requests} ({x.errors})" for x in s])
     table.add_row("request rate (req/s)", *[fmt(x.request_rate) for x in s])
     table.add_row("output tok/s", *[fmt(x.output_tokens_per_s, 1) for x in s])
+    if any(x.slo is not None for x in s):
+        table.add_row("goodput (req/s)", *[fmt(x.slo.goodput) if x.slo else "-" for x in s])
+        table.add_row("SLO attainment", *[_attainment(x) for x in s])
     for label, key in _LATENCY_ROWS:
         table.add_row(f"{label} p50/p95/p99", *[_pct(getattr(x, key)) for x in s])
     table.add_row(
@@ -57,6 +60,13 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
     table.add_row("waiting mean/max", *[_gauge(x.requests_waiting) for x in s])
     table.add_row("preemptions", *[fmt(x.preemptions, 0) for x in s])
     return table
+
+
+def _attainment(s: Summary) -> str:
+    if s.slo is None:
+        return "-"
+    bounds = ", ".join(f"{k}<={v:g}" for k, v in s.slo.slo.given().items())
+    return f"{s.slo.attainment:.1%} of {s.requests} ({bounds})"
 
 
 def _gauge(g: GaugeSeries | None) -> str:
@@ -97,7 +107,21 @@ def print_comparison(console: Console, result: Comparison) -> None:
                 fmt(r.mann_whitney_p, 4),
                 samples,
             )
+    if result.goodput is not None:
+        r = result.goodput
+        table.add_row(
+            "goodput (req/s)",
+            "",
+            fmt(r.baseline),
+            fmt(r.candidate),
+            fmt(r.ratio, 3),
+            f"{fmt(r.ci_low, 3)} - {fmt(r.ci_high, 3)}",
+            "-",
+            fmt_samples(r.enough_samples, r.more_requests_needed),
+        )
     console.print(table)
+    for note in result.notes:
+        console.print(f"[cyan]note[/cyan] {note}")
     console.print(RATIO_FOOTNOTE + result.definitions["ci_low/ci_high"] + ".")
 
 

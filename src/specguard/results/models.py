@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specguard.models_base import FiniteModel, StrictModel
 
@@ -46,6 +46,28 @@ class SamplingOverrides(FiniteModel):
     ignore_eos: bool | None = None
 
 
+class Slo(FiniteModel):
+    """Service-level objectives, milliseconds, any subset: a request meets them when it is at or under every one given.
+
+    ``itl_ms`` applies to the request's own p95 of its per-token ITL (see ``analysis.slo``).
+    """
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    itl_ms: float | None = Field(default=None, gt=0, description="bound on the request's p95 per-token ITL")
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> Slo:
+        if all(v is None for v in (self.ttft_ms, self.itl_ms, self.tpot_ms, self.e2e_ms)):
+            raise ValueError("give at least one of ttft_ms, itl_ms, tpot_ms, e2e_ms")
+        return self
+
+    def given(self) -> dict[str, float]:
+        """The objectives set, in the order ttft_ms, itl_ms, tpot_ms, e2e_ms."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class RunInfo(StrictModel):
     schema_version: Literal["specguard.run/1"] = RUN_SCHEMA
     tool_version: str
@@ -70,6 +92,7 @@ class RunInfo(StrictModel):
     finished_unix: float | None = None
     interrupted: bool = False
     interrupted_phase: Literal["warm-up", "measurement"] | None = None
+    slo: Slo | None = Field(default=None, description="the SLOs the summary's goodput counts against")
 
 
 class RequestRecord(StrictModel):
@@ -152,6 +175,18 @@ class ClientStalls(StrictModel):
     )
 
 
+class SloAttainment(StrictModel):
+    """Goodput: the requests that met every SLO given, per second of the run's measured window."""
+
+    slo: Slo
+    met: int = Field(description="measured requests that succeeded and met every SLO given")
+    attainment: float = Field(description="met / all measured requests (failed ones included)")
+    goodput: float = Field(description="met / the measured window (the window of request_rate), requests/s")
+    missed_by: dict[str, int] = Field(
+        default_factory=dict, description="successful requests over each SLO (one request can miss several)"
+    )
+
+
 class Summary(StrictModel):
     schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
     requests: int
@@ -164,6 +199,7 @@ class Summary(StrictModel):
     request_rate: float
     output_tokens: int
     output_tokens_per_s: float
+    slo: SloAttainment | None = Field(default=None, description="goodput and SLO attainment; None without SLOs")
     ttft_ms: Percentiles
     itl_ms: Percentiles
     tpot_ms: Percentiles

@@ -191,7 +191,7 @@ def load_or_recompute_summary(run_dir: Path) -> Summary:
         raise RunDirError(f"{run_dir}: not a run directory (no {SUMMARY_FILE} and no {REQUESTS_FILE})")
     info, records, samples = load_run(run_dir)
     records.sort(key=lambda r: r.seq)
-    return summarize(records, samples, interrupted=info.interrupted, incomplete=True)
+    return summarize(records, samples, interrupted=info.interrupted, incomplete=True, slo=info.slo)
 
 
 def dumps(model: BaseModel) -> str:

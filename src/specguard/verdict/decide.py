@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.verdict.budget_tests import (
     MAX_ADVICE,
     error_difference_interval,
@@ -84,7 +85,7 @@ def cell_line(cell: CellComparison, obj_name: str, higher: bool) -> CellLine:
 
 def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveRule, obj_name: str) -> Reason | None:
     """What the objective says at a target cell: None when it improves by the minimum, with confidence."""
-    higher = objective.metric == "output_tokens_per_s"
+    higher = objective.metric in HIGHER_IS_BETTER
     gain, low, high = objective_gain(cell.objective, higher)
     numbers = {"gain": gain, "ci_low": low, "ci_high": high}
     if line.status == "inconclusive":
@@ -319,7 +320,7 @@ def decide(
     one_arm: Sequence[OneArmCell] = (),
 ) -> Verdict:
     """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach)."""
-    higher = objective.metric == "output_tokens_per_s"
+    higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
     lines = [cell_line(c, obj_name, higher) for c in cells]
     guards = guardrail_verdicts(cells, guardrails)

@@ -76,3 +76,28 @@ def test_not_yaml_and_not_a_mapping(tmp_path):
     p.write_text("- a\n- b\n")
     with pytest.raises(CheckPlanError, match="expected a mapping"):
         load_plan(p)
+
+
+def test_slo_key_and_goodput_objective(tmp_path):
+    p = tmp_path / "plan.yaml"
+    p.write_text(BASE + "slo: {ttft_ms: 500, itl_ms: 50}\nobjective: {metric: goodput}\n")
+    plan = load_plan(p)
+    assert plan.slo is not None and plan.slo.given() == {"ttft_ms": 500.0, "itl_ms": 50.0}
+    assert plan.objective.metric == "goodput"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("objective: {metric: goodput}\n", "objective metric goodput needs 'slo:'"),
+        ("slo: {ttft: 500}\n", "key 'slo.ttft': unknown key"),
+        ("slo: {ttft_ms: 0}\n", "key 'slo.ttft_ms'"),
+        ("slo: {}\n", "give at least one of ttft_ms"),
+    ],
+)
+def test_bad_slo_in_a_plan_names_the_key(tmp_path, extra, expected):
+    p = tmp_path / "plan.yaml"
+    p.write_text(BASE + extra)
+    with pytest.raises(CheckPlanError) as e:
+        load_plan(p)
+    assert str(p) in str(e.value) and expected in str(e.value)
