@@ -1,7 +1,9 @@
-"""Prompt sources: a JSONL prompt file, or a built-in synthetic set.
+"""Prompt sources: a JSONL prompt file, a dataset in another format, or a built-in synthetic set.
 
 Every line of a prompt file is validated before any traffic is sent; the
-first bad line stops the run with file:line and the reason.
+first bad line stops the run with file:line and the reason. Other formats
+(ShareGPT, Spec-Bench, SPEED-Bench, generic, Parquet) and ``synthetic:lengths``
+are read by ``loadgen/datasets/`` into the same ``PromptSet``.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specguard.errors import InputFileError
 from specguard.models_base import StrictModel
 from specguard.validation import describe, read_input_text
+
+if TYPE_CHECKING:
+    from specguard.loadgen.datasets.options import PromptOptions
 
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
@@ -58,8 +63,13 @@ class PromptSet(BaseModel):
     source: str
     items: list[PromptItem]
     lines: list[int] = Field(description="0-based file line (or synthetic item number) of each item")
-    sha256: str | None = Field(default=None, description="SHA-256 of the prompt file's bytes")
-    generator: dict[str, str | int] | None = Field(default=None, description="a synthetic set's generator parameters")
+    sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of the prompt file's bytes (for a format other than specguard's, followed by its reading options)",
+    )
+    generator: dict[str, str | int] | None = Field(
+        default=None, description="a synthetic set's generator parameters, or a dataset's reading options"
+    )
 
 
 class PromptFileError(InputFileError):
@@ -133,8 +143,39 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)), generator=generator)
 
 
-def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64, count: int = 64) -> PromptSet:
-    """``spec`` is a file path, or ``synthetic:NAME`` for a built-in set of ``count`` items."""
+def load_prompts(
+    spec: str,
+    seed: int = 0,
+    max_tokens: int = 64,
+    count: int = 64,
+    options: PromptOptions | None = None,
+    tokenizer: Path | None = None,
+) -> PromptSet:
+    """``spec`` is a file path read as ``options.format``, or ``synthetic:NAME`` for a set of ``count`` items.
+
+    ``synthetic:lengths`` measures its lengths with ``options.synthetic.tokenizer``, else ``tokenizer``.
+    """
+    from specguard.loadgen.datasets.load import SYNTHETIC_LENGTHS, load_dataset, source_problem
+    from specguard.loadgen.datasets.options import PromptOptions
+
+    options = options or PromptOptions()
+    problem = source_problem(spec, options)
+    if problem:
+        raise PromptFileError(f"{spec}: {problem}")
+    if spec == SYNTHETIC_LENGTHS:
+        from specguard.loadgen.datasets.synthetic_lengths import synthetic_lengths
+
+        assert options.synthetic is not None
+        tok = Path(options.synthetic.tokenizer) if options.synthetic.tokenizer else tokenizer
+        if tok is None:
+            raise PromptFileError("synthetic:lengths: lengths are measured with the served tokenizer; give one (--tokenizer DIR)")
+        return synthetic_lengths(options.synthetic, tok, count=count, seed=seed)
     if spec.startswith("synthetic:"):
         return synthetic_prompts(spec.split(":", 1)[1], count=count, seed=seed, max_tokens=max_tokens)
-    return load_prompt_file(Path(spec))
+    if options.format == "specguard":
+        if Path(spec).suffix.lower() in (".csv", ".parquet"):
+            raise PromptFileError(
+                f"{spec}: a {Path(spec).suffix} file is not a specguard JSONL prompt file; name its format and fields"
+            )
+        return load_prompt_file(Path(spec))
+    return load_dataset(Path(spec), options)
