@@ -12,68 +12,27 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from specguard.errors import InputFileError
-from specguard.models_base import StrictModel
+from specguard.loadgen.datasets.load import SYNTHETIC_LENGTHS, load_dataset, source_problem
+from specguard.loadgen.datasets.options import PromptOptions
+from specguard.loadgen.prompt_items import ChatMessage, PromptFileError, PromptItem, PromptSet
 from specguard.validation import describe, read_input_text
 
-if TYPE_CHECKING:
-    from specguard.loadgen.datasets.options import PromptOptions
+__all__ = [
+    "SYNTHETIC_SETS",
+    "ChatMessage",
+    "PromptItem",
+    "PromptSet",
+    "PromptFileError",
+    "load_prompt_file",
+    "synthetic_prompts",
+    "load_prompts",
+]
 
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
-
-
-class ChatMessage(StrictModel):
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str
-
-
-class PromptItem(StrictModel):
-    """One line of a prompt file."""
-
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
-    segment: str = "default"
-    max_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    ignore_eos: bool | None = None
-    stop: list[str] | str | None = None
-
-    @model_validator(mode="after")
-    def _one_of_prompt_or_messages(self) -> PromptItem:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("exactly one of 'prompt' or 'messages' is required")
-        if self.messages is not None and not self.messages:
-            raise ValueError("'messages' is empty")
-        return self
-
-    def as_text(self) -> str:
-        """Plain text of the prompt, for a completions endpoint given chat messages."""
-        if self.prompt is not None:
-            return self.prompt
-        assert self.messages is not None
-        return "\n".join(m.content for m in self.messages)
-
-
-class PromptSet(BaseModel):
-    source: str
-    items: list[PromptItem]
-    lines: list[int] = Field(description="0-based file line (or synthetic item number) of each item")
-    sha256: str | None = Field(
-        default=None,
-        description="SHA-256 of the prompt file's bytes (for a format other than specguard's, followed by its reading options)",
-    )
-    generator: dict[str, str | int] | None = Field(
-        default=None, description="a synthetic set's generator parameters, or a dataset's reading options"
-    )
-
-
-class PromptFileError(InputFileError):
-    """A prompt file that cannot be used; the message names file, line and reason."""
 
 
 def load_prompt_file(path: Path) -> PromptSet:
@@ -155,9 +114,6 @@ def load_prompts(
 
     ``synthetic:lengths`` measures its lengths with ``options.synthetic.tokenizer``, else ``tokenizer``.
     """
-    from specguard.loadgen.datasets.load import SYNTHETIC_LENGTHS, load_dataset, source_problem
-    from specguard.loadgen.datasets.options import PromptOptions
-
     options = options or PromptOptions()
     problem = source_problem(spec, options)
     if problem:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specguard.loadgen.datasets.options import PromptOptions
 from specguard.loadgen.datasets.records import Record
-from specguard.loadgen.prompts import ChatMessage, PromptFileError, PromptItem
+from specguard.loadgen.prompt_items import ChatMessage, PromptFileError, PromptItem
 from specguard.validation import describe
 
 __all__ = ["sharegpt_items", "question_items", "record_segment"]

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from specguard.loadgen.datasets.conversations import record_segment
 from specguard.loadgen.datasets.options import FieldMap
 from specguard.loadgen.datasets.records import Record
-from specguard.loadgen.prompts import ChatMessage, PromptFileError, PromptItem
+from specguard.loadgen.prompt_items import ChatMessage, PromptFileError, PromptItem
 from specguard.validation import describe
 
 __all__ = ["generic_item"]

@@ -15,7 +15,7 @@ from specguard.loadgen.datasets.conversations import question_items, sharegpt_it
 from specguard.loadgen.datasets.generic import generic_item
 from specguard.loadgen.datasets.options import PromptOptions
 from specguard.loadgen.datasets.records import read_records
-from specguard.loadgen.prompts import PromptFileError, PromptItem, PromptSet
+from specguard.loadgen.prompt_items import PromptFileError, PromptItem, PromptSet
 
 __all__ = ["load_dataset", "source_problem", "SYNTHETIC_LENGTHS"]
 

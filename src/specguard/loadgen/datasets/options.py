@@ -101,7 +101,10 @@ class PromptOptions(FiniteModel):
     def _consistent(self) -> PromptOptions:
         f = self.fields
         if self.format == "generic" and (f is None or (f.prompt is None and f.messages is None)):
-            raise ValueError("format generic needs fields.prompt or fields.messages (the key holding the prompt)")
+            raise ValueError(
+                "format generic needs fields.prompt or fields.messages, the key holding the prompt "
+                "(bench: --prompt-field prompt=KEY)"
+            )
         if self.format != "generic" and f is not None and (f.prompt or f.messages or f.max_tokens):
             raise ValueError(
                 f"format {self.format}: only fields.segment can be mapped (prompt, messages, max_tokens are generic's)"

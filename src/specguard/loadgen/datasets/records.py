@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.errors import InputFileError
-from specguard.loadgen.prompts import PromptFileError
+from specguard.loadgen.prompt_items import PromptFileError
 from specguard.validation import read_input_bytes, read_input_text
 
 __all__ = ["Record", "read_records", "PARQUET_EXTRA_HINT"]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specguard.loadgen.datasets.options import LengthDistribution, SyntheticLengths
-from specguard.loadgen.prompts import PromptFileError, PromptItem, PromptSet
+from specguard.loadgen.prompt_items import PromptFileError, PromptItem, PromptSet
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
