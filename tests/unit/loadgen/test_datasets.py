@@ -274,6 +274,7 @@ def test_synthetic_lengths_hit_the_drawn_token_counts(tokenizer_dir):
     assert all(i.ignore_eos and 8 <= i.max_tokens <= 40 for i in ps.items)
     assert len({i.max_tokens for i in ps.items}) > 1
     g = ps.generator
+    assert g["items_off_target"] == 0, "every prompt is cut to exactly its drawn length"
     assert g["measured_prefix_tokens"] == 16 and g["prefix_tokens"] == 16 and g["seed"] == 3 and g["count"] == 40
     assert g["measured_prompt_tokens"].startswith(f"mean={statistics.fmean(counts):.1f},min={min(counts)},max={max(counts)}")
     assert g["prompt_tokens"] == "mean=60,std=20,min=40,max=90"

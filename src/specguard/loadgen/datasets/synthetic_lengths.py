@@ -7,7 +7,7 @@ shared prefix; the text is random words from a small vocabulary (little for an n
 cut at the token boundary where the count is reached. Every item starts with the same ``prefix_tokens``
 tokens, the last a newline, so the body cannot merge with the prefix's last token. Output lengths are fixed:
 ``max_tokens`` is drawn from ``output_tokens`` and sent with ``ignore_eos``. Seeded; the parameters, the
-tokenizer's hash and the lengths measured are recorded in ``PromptSet.generator``.
+tokenizer's hash, the lengths measured and the items that missed their drawn length are recorded in ``PromptSet.generator``.
 """
 
 from __future__ import annotations
@@ -77,10 +77,12 @@ def synthetic_lengths(params: SyntheticLengths, tokenizer_dir: Path, count: int,
         prefix = (_text_of(tok, "", params.prefix_tokens - 1, rng)[0] if params.prefix_tokens > 1 else "") + "\n"
     items: list[PromptItem] = []
     measured: list[int] = []
+    off_target = 0
     for _ in range(count):
         target = draw_length(params.prompt_tokens, rng)
         text, got = _text_of(tok, prefix, target, rng)
         measured.append(got)
+        off_target += got != target
         items.append(
             PromptItem(prompt=text, segment="synthetic", max_tokens=draw_length(params.output_tokens, rng), ignore_eos=True)
         )
@@ -94,5 +96,6 @@ def synthetic_lengths(params: SyntheticLengths, tokenizer_dir: Path, count: int,
         "measured_prefix_tokens": _count(tok, prefix),
         "tokenizer_sha256": tok_sha,
         "measured_prompt_tokens": f"mean={statistics.fmean(measured):.1f},min={min(measured)},max={max(measured)}",
+        "items_off_target": off_target,  # items whose text could not be cut to the drawn count exactly
     }
     return PromptSet(source="synthetic:lengths", items=items, lines=list(range(count)), generator=generator)
