@@ -75,7 +75,9 @@ def _root(
 def bench(
     base_url: Annotated[str, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000")],
     model: Annotated[str, typer.Option(help="Served model name sent in each request.")],
-    prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended|mixed")],
+    prompts: Annotated[
+        str, typer.Option(help="Prompt file (see --prompt-format), or synthetic:random|repetitive|open-ended|mixed|lengths")
+    ],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
     arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process.")] = None,
@@ -106,6 +108,23 @@ def bench(
             "(itl_ms bounds each request's p95 per-token ITL)."
         ),
     ] = None,
+    prompt_format: Annotated[
+        str | None, typer.Option(help="specguard (JSONL, the default), sharegpt, spec-bench, speed-bench or generic.")
+    ] = None,
+    prompt_field: Annotated[
+        list[str] | None, typer.Option(help="KEY=FIELD, repeatable: prompt|messages|segment|max_tokens=record key.")
+    ] = None,
+    turns: Annotated[
+        str | None, typer.Option(help="Conversations: first (turn only) or all (one item per assistant turn).")
+    ] = None,
+    prompt_tokens: Annotated[
+        str | None, typer.Option(help="synthetic:lengths: N or mean=N,std=N,min=N,max=N tokens (--tokenizer counts them).")
+    ] = None,
+    prefix_tokens: Annotated[int | None, typer.Option(help="synthetic:lengths: a shared prefix of N tokens.")] = None,
+    output_tokens: Annotated[
+        str | None, typer.Option(help="synthetic:lengths: max_tokens N or mean=N,std=N,min=N,max=N, sent with ignore_eos.")
+    ] = None,
+    prompt_count: Annotated[int | None, typer.Option(help="Items of a synthetic set (default 64).")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
@@ -146,6 +165,13 @@ def bench(
             request_timeout=request_timeout,
             busy_poll=busy_poll,
             slo=slo,
+            prompt_format=prompt_format,
+            prompt_field=tuple(prompt_field) if prompt_field else None,
+            turns=turns,
+            prompt_tokens=prompt_tokens,
+            prefix_tokens=prefix_tokens,
+            output_tokens=output_tokens,
+            prompt_count=prompt_count,
         ),
         {},
     )

@@ -14,6 +14,8 @@ from pydantic import Field, model_validator
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.errors import InputFileError
 from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
+from specguard.loadgen.datasets.load import source_problem
+from specguard.loadgen.datasets.options import PromptOptions
 from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
@@ -94,9 +96,22 @@ class SamplingSetting(FiniteModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
 
 
-class PromptSource(FiniteModel):
-    source: str = Field(description="a JSONL prompt file (relative to the plan) or synthetic:NAME")
+class PromptSource(PromptOptions):
+    """A prompt file (relative to the plan) read as ``format`` (with ``fields`` and ``turns``), or a synthetic set."""
+
+    source: str = Field(min_length=1, description="a prompt file (relative to the plan), synthetic:NAME or synthetic:lengths")
     count: int = Field(default=64, gt=0, description="items of a synthetic set")
+
+    @model_validator(mode="after")
+    def _source_fits_options(self) -> PromptSource:
+        problem = source_problem(self.source, self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def options(self) -> PromptOptions:
+        """The reading options alone, as the loader takes them."""
+        return PromptOptions.model_validate(self.model_dump(include=set(PromptOptions.model_fields)))
 
 
 Metric = Literal["itl_ms", "tpot_ms", "e2e_ms", "ttft_ms", "output_tokens_per_s", "goodput"]
@@ -155,8 +170,10 @@ class CheckPlanError(InputFileError):
 
 def load_plan(path: Path) -> CheckPlan:
     plan = load_yaml_model(path, CheckPlan, CheckPlanError, "check plan")
-    # Prompt files are relative to the plan.
+    # Prompt files, and a synthetic set's tokenizer, are relative to the plan.
     for p in plan.prompts:
         if not p.source.startswith("synthetic:") and not Path(p.source).is_absolute():
             p.source = str((path.parent / p.source).resolve())
+        if p.synthetic is not None and p.synthetic.tokenizer and not Path(p.synthetic.tokenizer).is_absolute():
+            p.synthetic.tokenizer = str((path.parent / p.synthetic.tokenizer).resolve())
     return plan

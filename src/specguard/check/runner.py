@@ -77,7 +77,10 @@ class ResolvedPlan:
 
 def resolve_plan(plan: CheckPlan, plan_path: Path) -> ResolvedPlan:
     """Load every prompt source and read every API-key variable; raise before anything is measured or written."""
-    prompt_sets = [load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count) for p in plan.prompts]
+    prompt_sets = [
+        load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count, options=p.options())
+        for p in plan.prompts
+    ]
     keys: dict[str, str | None] = {}
     for name in ARMS:
         ep = getattr(plan.arms, name).endpoint

@@ -1,7 +1,9 @@
-"""Prompt sources: a JSONL prompt file, or a built-in synthetic set.
+"""Prompt sources: a JSONL prompt file, a dataset in another format, or a built-in synthetic set.
 
 Every line of a prompt file is validated before any traffic is sent; the
-first bad line stops the run with file:line and the reason.
+first bad line stops the run with file:line and the reason. Other formats
+(ShareGPT, Spec-Bench, SPEED-Bench, generic, Parquet) and ``synthetic:lengths``
+are read by ``loadgen/datasets/`` into the same ``PromptSet``.
 """
 
 from __future__ import annotations
@@ -10,60 +12,27 @@ import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from specguard.errors import InputFileError
-from specguard.models_base import StrictModel
+from specguard.loadgen.datasets.load import SYNTHETIC_LENGTHS, load_dataset, source_problem
+from specguard.loadgen.datasets.options import PromptOptions
+from specguard.loadgen.prompt_items import ChatMessage, PromptFileError, PromptItem, PromptSet
 from specguard.validation import describe, read_input_text
 
+__all__ = [
+    "SYNTHETIC_SETS",
+    "ChatMessage",
+    "PromptItem",
+    "PromptSet",
+    "PromptFileError",
+    "load_prompt_file",
+    "synthetic_prompts",
+    "load_prompts",
+]
+
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
-
-
-class ChatMessage(StrictModel):
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str
-
-
-class PromptItem(StrictModel):
-    """One line of a prompt file."""
-
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
-    segment: str = "default"
-    max_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    ignore_eos: bool | None = None
-    stop: list[str] | str | None = None
-
-    @model_validator(mode="after")
-    def _one_of_prompt_or_messages(self) -> PromptItem:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("exactly one of 'prompt' or 'messages' is required")
-        if self.messages is not None and not self.messages:
-            raise ValueError("'messages' is empty")
-        return self
-
-    def as_text(self) -> str:
-        """Plain text of the prompt, for a completions endpoint given chat messages."""
-        if self.prompt is not None:
-            return self.prompt
-        assert self.messages is not None
-        return "\n".join(m.content for m in self.messages)
-
-
-class PromptSet(BaseModel):
-    source: str
-    items: list[PromptItem]
-    lines: list[int] = Field(description="0-based file line (or synthetic item number) of each item")
-    sha256: str | None = Field(default=None, description="SHA-256 of the prompt file's bytes")
-    generator: dict[str, str | int] | None = Field(default=None, description="a synthetic set's generator parameters")
-
-
-class PromptFileError(InputFileError):
-    """A prompt file that cannot be used; the message names file, line and reason."""
 
 
 def load_prompt_file(path: Path) -> PromptSet:
@@ -133,8 +102,36 @@ def synthetic_prompts(name: str, count: int = 64, seed: int = 0, max_tokens: int
     return PromptSet(source=f"synthetic:{name}", items=items, lines=list(range(count)), generator=generator)
 
 
-def load_prompts(spec: str, seed: int = 0, max_tokens: int = 64, count: int = 64) -> PromptSet:
-    """``spec`` is a file path, or ``synthetic:NAME`` for a built-in set of ``count`` items."""
+def load_prompts(
+    spec: str,
+    seed: int = 0,
+    max_tokens: int = 64,
+    count: int = 64,
+    options: PromptOptions | None = None,
+    tokenizer: Path | None = None,
+) -> PromptSet:
+    """``spec`` is a file path read as ``options.format``, or ``synthetic:NAME`` for a set of ``count`` items.
+
+    ``synthetic:lengths`` measures its lengths with ``options.synthetic.tokenizer``, else ``tokenizer``.
+    """
+    options = options or PromptOptions()
+    problem = source_problem(spec, options)
+    if problem:
+        raise PromptFileError(f"{spec}: {problem}")
+    if spec == SYNTHETIC_LENGTHS:
+        from specguard.loadgen.datasets.synthetic_lengths import synthetic_lengths
+
+        assert options.synthetic is not None
+        tok = Path(options.synthetic.tokenizer) if options.synthetic.tokenizer else tokenizer
+        if tok is None:
+            raise PromptFileError("synthetic:lengths: lengths are measured with the served tokenizer; give one (--tokenizer DIR)")
+        return synthetic_lengths(options.synthetic, tok, count=count, seed=seed)
     if spec.startswith("synthetic:"):
         return synthetic_prompts(spec.split(":", 1)[1], count=count, seed=seed, max_tokens=max_tokens)
-    return load_prompt_file(Path(spec))
+    if options.format == "specguard":
+        if Path(spec).suffix.lower() in (".csv", ".parquet"):
+            raise PromptFileError(
+                f"{spec}: a {Path(spec).suffix} file is not a specguard JSONL prompt file; name its format and fields"
+            )
+        return load_prompt_file(Path(spec))
+    return load_dataset(Path(spec), options)

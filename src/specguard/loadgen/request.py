@@ -18,6 +18,7 @@ from specguard.analysis.summarize import format_error_kinds
 from specguard.errors import Interrupted, OptionError, OutputExistsError, RequestsFailedError
 from specguard.loadgen import runner
 from specguard.loadgen.arrivals import load_shape_from_options
+from specguard.loadgen.datasets.options import PromptOptions, parse_field_map, parse_length_spec
 from specguard.loadgen.prompts import load_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink
 from specguard.results.models import LoadShape, Summary
@@ -44,6 +45,21 @@ BENCH_OPTIONS = {
     "sampling.temperature": "--temperature",
     "sampling.top_p": "--top-p",
     "sampling.max_tokens": "--max-tokens",
+}
+
+# Option name of each PromptOptions key path, for the prompt options' messages.
+PROMPT_OPTIONS = {
+    "format": "--prompt-format",
+    "turns": "--turns",
+    "fields": "--prompt-field",
+    **{f"fields.{k}": f"--prompt-field {k}=" for k in ("prompt", "messages", "segment", "max_tokens")},
+    "synthetic.prefix_tokens": "--prefix-tokens",
+    **{f"synthetic.{d}": f"--{d.replace('_', '-')}" for d in ("prompt_tokens", "output_tokens")},
+    **{
+        f"synthetic.{d}.{k}": f"--{d.replace('_', '-')} {k}"
+        for d in ("prompt_tokens", "output_tokens")
+        for k in ("mean", "std", "min", "max")
+    },
 }
 
 # The float options checked for finiteness, in the order their messages take precedence.
@@ -88,6 +104,13 @@ class BenchRequest(BaseModel):
     request_timeout: float = default(BenchConfig, "request_timeout_s")
     busy_poll: bool = default(BenchConfig, "busy_poll")
     slo: str | None = None
+    prompt_format: str | None = None
+    prompt_field: tuple[str, ...] = ()
+    turns: str | None = None
+    prompt_tokens: str | None = None
+    prefix_tokens: int | None = None
+    output_tokens: str | None = None
+    prompt_count: int = 64
 
     @model_validator(mode="after")
     def _options_agree(self) -> BenchRequest:
@@ -107,7 +130,38 @@ class BenchRequest(BaseModel):
             parse_slo(self.slo)  # raises OptionError naming --slo
         if not self.prompts.strip():
             raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
+        if self.prompt_count < 1:
+            raise OptionError(f"--prompt-count: expected a number >= 1 (got {self.prompt_count})")
         return self
+
+
+def prompt_options(request: BenchRequest) -> PromptOptions:
+    """The prompt options as the model a plan's ``prompts:`` entry also uses; a bad one names its option."""
+    values: dict[str, object] = {}
+    if request.prompt_format is not None:
+        values["format"] = request.prompt_format
+    if request.turns is not None:
+        values["turns"] = request.turns
+    if request.prompt_field:
+        try:
+            values["fields"] = parse_field_map(list(request.prompt_field))
+        except ValueError as exc:
+            raise OptionError(f"--prompt-field: {exc}") from exc
+    synthetic: dict[str, object] = {}
+    for option, key, text in (
+        ("--prompt-tokens", "prompt_tokens", request.prompt_tokens),
+        ("--output-tokens", "output_tokens", request.output_tokens),
+    ):
+        if text is not None:
+            try:
+                synthetic[key] = parse_length_spec(text)
+            except ValueError as exc:
+                raise OptionError(f"{option} {text}: {exc}") from exc
+    if request.prefix_tokens is not None:
+        synthetic["prefix_tokens"] = request.prefix_tokens
+    if synthetic:
+        values["synthetic"] = synthetic
+    return options(PromptOptions, values, PROMPT_OPTIONS)
 
 
 def bench(request: BenchRequest, progress: ProgressSink | None = None) -> Summary:
@@ -137,7 +191,13 @@ def bench_config(request: BenchRequest) -> BenchConfig:
             "base_url": request.base_url,
             "model": request.model,
             "api": request.api,
-            "prompts": load_prompts(request.prompts, seed=request.seed),
+            "prompts": load_prompts(
+                request.prompts,
+                seed=request.seed,
+                count=request.prompt_count,
+                options=prompt_options(request),
+                tokenizer=request.tokenizer,
+            ),
             "load": load,
             "sampling": {
                 "temperature": request.temperature,
