@@ -169,20 +169,25 @@ def summary(
 
 @app.command(epilog=EXIT_CODES_EPILOG)
 def compare(
-    baseline: Annotated[Path, typer.Argument(help="Run directory of the baseline arm.")],
-    candidate: Annotated[Path, typer.Argument(help="Run directory of the candidate arm.")],
+    baseline: Annotated[
+        str,
+        typer.Argument(help="Baseline: a run directory, a vllm bench --save-detailed JSON or a GuideLLM benchmarks.json[#N]."),
+    ],
+    candidate: Annotated[str, typer.Argument(help="Candidate run, in any of the same formats.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the bootstrap (>= 0).")] = 0,
 ) -> None:
-    """Compare two bench runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable."""
-    from specguard.analysis.compare import compare_runs
+    """Compare two runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable.
+
+    Either run may be another tool's: a 'vllm bench serve --save-result --save-detailed' file or a GuideLLM
+    benchmarks.json (FILE#N for its N-th benchmark); what their formats cannot carry is listed as warnings.
+    """
+    from specguard.analysis.compare import compare_loaded
     from specguard.errors import UsageError
     from specguard.report.terminal import print_comparison
-    from specguard.results.store import load_run
+    from specguard.results.foreign.load import load_any_run
 
-    a = load_run(baseline)
-    b = load_run(candidate)
-    result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
+    result = compare_loaded(load_any_run(baseline), load_any_run(candidate), seed=seed)
     if not result.comparable:
         raise UsageError(
             "the runs differ in more than the arm; refusing to compare: " + "; ".join(result.differences),

@@ -99,6 +99,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
             )
     console.print(table)
     console.print(RATIO_FOOTNOTE + result.definitions["ci_low/ci_high"] + ".")
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
 
 
 class RichProgress(ProgressSink):
