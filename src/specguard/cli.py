@@ -73,7 +73,6 @@ def _root(
 
 @app.command(epilog=EXIT_CODES_EPILOG)
 def bench(
-    base_url: Annotated[str, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000")],
     model: Annotated[str, typer.Option(help="Served model name sent in each request.")],
     prompts: Annotated[str, typer.Option(help="JSONL prompt file, or synthetic:random|repetitive|open-ended|mixed")],
     out: Annotated[Path, typer.Option(help="New run directory for run.json, requests.jsonl, summary.json.")],
@@ -100,17 +99,27 @@ def bench(
         bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")
     ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
+    base_url: Annotated[
+        str | None, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL).")
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE metadata stored in run.json (repeatable).")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
+    ] = None,
+    extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
     Exit 4 when every request failed (the distinct errors are listed with counts).
     """
-    from specguard.loadgen.request import BenchRequest, raise_for_outcome
+    from specguard.loadgen.extras import parse_extra_body, parse_headers, parse_labels
+    from specguard.loadgen.request import BenchRequest, openai_env_defaults, raise_for_outcome
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
     from specguard.report.terminal import RichProgress, print_summaries
     from specguard.validation import api_key_from_env, given, options
 
+    base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
     request = options(
         BenchRequest,
         given(
@@ -134,10 +143,13 @@ def bench(
             top_p=top_p,
             max_tokens=max_tokens,
             ignore_eos=ignore_eos,
-            api_key=api_key_from_env(api_key_env),
+            api_key=api_key,
             tokenizer=tokenizer,
             request_timeout=request_timeout,
             busy_poll=busy_poll,
+            labels=parse_labels(label or []),
+            headers=parse_headers(header or []),
+            extra_body=parse_extra_body(extra_body),
         ),
         {},
     )
