@@ -167,13 +167,17 @@ def bench(
 def summary(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'specguard bench'.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json.")] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="Print the summary as CSV (one row per metric).")] = False,
 ) -> None:
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.report.terminal import print_summaries
+    from specguard.results.csv_export import summary_csv
     from specguard.results.store import dumps, load_or_recompute_summary
 
     summ = load_or_recompute_summary(run_dir)
-    if json_out:
+    if csv_out:
+        print(summary_csv(summ), end="")
+    elif json_out:
         print(dumps(summ))
     else:
         print_summaries(Console(), {run_dir.name: summ})
