@@ -73,7 +73,6 @@ def _root(
 
 @app.command(epilog=EXIT_CODES_EPILOG)
 def bench(
-    base_url: Annotated[str, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000")],
     model: Annotated[str, typer.Option(help="Served model name sent in each request.")],
     prompts: Annotated[
         str, typer.Option(help="Prompt file (see --prompt-format), or synthetic:random|repetitive|open-ended|mixed|lengths")
@@ -126,17 +125,27 @@ def bench(
     ] = None,
     prompt_count: Annotated[int | None, typer.Option(help="Items of a synthetic set (default 64).")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
+    base_url: Annotated[
+        str | None, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL).")
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE metadata stored in run.json (repeatable).")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
+    ] = None,
+    extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
     Exit 4 when every request failed (the distinct errors are listed with counts).
     """
-    from specguard.loadgen.request import BenchRequest, raise_for_outcome
+    from specguard.loadgen.extras import parse_extra_body, parse_headers, parse_labels
+    from specguard.loadgen.request import BenchRequest, openai_env_defaults, raise_for_outcome
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
     from specguard.report.terminal import RichProgress, print_summaries
     from specguard.validation import api_key_from_env, given, options
 
+    base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
     request = options(
         BenchRequest,
         given(
@@ -160,7 +169,7 @@ def bench(
             top_p=top_p,
             max_tokens=max_tokens,
             ignore_eos=ignore_eos,
-            api_key=api_key_from_env(api_key_env),
+            api_key=api_key,
             tokenizer=tokenizer,
             request_timeout=request_timeout,
             busy_poll=busy_poll,
@@ -172,6 +181,9 @@ def bench(
             prefix_tokens=prefix_tokens,
             output_tokens=output_tokens,
             prompt_count=prompt_count,
+            labels=parse_labels(label or []),
+            headers=parse_headers(header or []),
+            extra_body=parse_extra_body(extra_body),
         ),
         {},
     )
@@ -189,13 +201,17 @@ def bench(
 def summary(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'specguard bench'.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print summary.json.")] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="Print the summary as CSV (one row per metric).")] = False,
 ) -> None:
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.report.terminal import print_summaries
+    from specguard.results.csv_export import summary_csv
     from specguard.results.store import dumps, load_or_recompute_summary
 
     summ = load_or_recompute_summary(run_dir)
-    if json_out:
+    if csv_out:
+        print(summary_csv(summ), end="")
+    elif json_out:
         print(dumps(summ))
     else:
         print_summaries(Console(), {run_dir.name: summ})
@@ -203,20 +219,25 @@ def summary(
 
 @app.command(epilog=EXIT_CODES_EPILOG)
 def compare(
-    baseline: Annotated[Path, typer.Argument(help="Run directory of the baseline arm.")],
-    candidate: Annotated[Path, typer.Argument(help="Run directory of the candidate arm.")],
+    baseline: Annotated[
+        str,
+        typer.Argument(help="Baseline: a run directory, a vllm bench --save-detailed JSON or a GuideLLM benchmarks.json[#N]."),
+    ],
+    candidate: Annotated[str, typer.Argument(help="Candidate run, in any of the same formats.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the bootstrap (>= 0).")] = 0,
 ) -> None:
-    """Compare two bench runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable."""
-    from specguard.analysis.compare import compare_runs
+    """Compare two runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable.
+
+    Either run may be another tool's: a 'vllm bench serve --save-result --save-detailed' file or a GuideLLM
+    benchmarks.json (FILE#N for its N-th benchmark); what their formats cannot carry is listed as warnings.
+    """
+    from specguard.analysis.compare import compare_loaded
     from specguard.errors import UsageError
     from specguard.report.terminal import print_comparison
-    from specguard.results.store import load_run
+    from specguard.results.foreign.load import load_any_run
 
-    a = load_run(baseline)
-    b = load_run(candidate)
-    result = compare_runs(str(baseline), (a[0], a[1]), str(candidate), (b[0], b[1]), seed=seed)
+    result = compare_loaded(load_any_run(baseline), load_any_run(candidate), seed=seed)
     if not result.comparable:
         raise UsageError(
             "the runs differ in more than the arm; refusing to compare: " + "; ".join(result.differences),

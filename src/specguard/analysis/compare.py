@@ -18,6 +18,7 @@ from specguard.analysis.defaults import DEFAULT_RESAMPLES, DEFAULT_TARGET_CHANGE
 from specguard.analysis.definitions import COMPARISON_DEFINITIONS
 from specguard.analysis.request_metrics import per_token_itl, tpot
 from specguard.analysis.slo import compare_goodput
+from specguard.results.foreign.run import LoadedRun
 from specguard.results.models import RequestRecord, RunInfo
 
 COMPARE_SCHEMA = "specguard.compare/1"
@@ -37,6 +38,7 @@ class Comparison(BaseModel):
     e2e_ms: dict[str, RatioResult] | None = None
     goodput: RatioResult | None = Field(default=None, description="candidate / baseline goodput, when both runs share SLOs")
     notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list, description="what a foreign run's format could not carry")
     definitions: dict[str, str] = Field(default_factory=lambda: dict(COMPARISON_DEFINITIONS))
 
     @property
@@ -187,3 +189,59 @@ def _goodput(
         return None, [f"no goodput comparison: the runs' SLOs differ ({shown[0]} vs {shown[1]})"]
     assert sb is not None  # equal and not both None
     return compare_goodput([base[1]], [cand[1]], sb, seed=seed), []
+# Two tools count prompt tokens differently (a BOS token, a chat template's few tokens): foreign runs whose mean
+# prompt length differs by more than this share are not the same prompts.
+PROMPT_LENGTH_TOLERANCE = 0.02
+_LOAD_KEYS = ("kind", "rate", "burstiness", "concurrency", "burst", "num_requests")
+
+
+def foreign_differences(a: LoadedRun, b: LoadedRun) -> tuple[list[str], list[str]]:
+    """Differences and warnings between runs of which at least one another tool wrote.
+
+    Such a file has no prompt hash and no sampling values: prompts are matched by count and by prompt token
+    counts (equal as multisets, or means within 2 %), sampling is not checked, and the load by its shape only.
+    """
+    diffs: list[str] = []
+    warns: list[str] = []
+    for field in ("prompt_count", "api", "model"):
+        va, vb = getattr(a.info, field), getattr(b.info, field)
+        if va != vb and "unknown" not in (va, vb):
+            diffs.append(f"{field}: {va!r} vs {vb!r}")
+    la, lb = a.info.load.model_dump(), b.info.load.model_dump()
+    diffs += [f"load.{k}: {la[k]!r} vs {lb[k]!r}" for k in _LOAD_KEYS if la[k] != lb[k]]
+    pa = sorted(r.prompt_tokens for r in a.records if r.prompt_tokens is not None)
+    pb = sorted(r.prompt_tokens for r in b.records if r.prompt_tokens is not None)
+    if pa and pb and pa != pb:
+        ma, mb = sum(pa) / len(pa), sum(pb) / len(pb)
+        if abs(ma - mb) > PROMPT_LENGTH_TOLERANCE * max(ma, mb):
+            diffs.append(f"prompt tokens: mean {ma:.1f} vs {mb:.1f} (not the same prompts)")
+        else:
+            warns.append(f"prompt token counts differ slightly (mean {ma:.1f} vs {mb:.1f}): two tokenizations")
+    elif not (pa and pb):
+        warns.append("prompt token counts missing on one side: the prompts could not be matched")
+    return diffs, warns
+
+
+def compare_loaded(base: LoadedRun, cand: LoadedRun, seed: int = 0) -> Comparison:
+    """``compare_runs`` for runs of any format; a foreign run's mapping warnings go into the comparison."""
+    if base.format == "specguard" and cand.format == "specguard":
+        return compare_runs(base.name, (base.info, base.records), cand.name, (cand.info, cand.records), seed=seed)
+    diffs, warns = foreign_differences(base, cand)
+    warns = [*base.warnings, *cand.warnings, *warns]
+    for run in (base, cand):
+        if not any(r.ok for r in run.records):
+            diffs.append(f"{run.name}: no successful request (nothing to compare)")
+    if diffs:
+        return Comparison(comparable=False, differences=diffs, baseline=base.name, candidate=cand.name, warnings=warns)
+    m = compare_repetitions([base.records], [cand.records], seed=seed)
+    return Comparison(
+        comparable=True,
+        differences=[],
+        baseline=base.name,
+        candidate=cand.name,
+        warnings=warns,
+        ttft_ms=m["ttft_ms"],
+        itl_ms=m["itl_ms"],
+        tpot_ms=m["tpot_ms"],
+        e2e_ms=m["e2e_ms"],
+    )

@@ -8,8 +8,9 @@ agree; bounds stay on those models and are reported under the option's name.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -111,6 +112,9 @@ class BenchRequest(BaseModel):
     prefix_tokens: int | None = None
     output_tokens: str | None = None
     prompt_count: int = 64
+    labels: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    extra_body: dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _options_agree(self) -> BenchRequest:
@@ -162,6 +166,14 @@ def prompt_options(request: BenchRequest) -> PromptOptions:
     if synthetic:
         values["synthetic"] = synthetic
     return options(PromptOptions, values, PROMPT_OPTIONS)
+def openai_env_defaults(base_url: str | None, api_key: str | None, key_env_given: bool) -> tuple[str, str | None]:
+    """``OPENAI_BASE_URL`` when no ``--base-url``; ``OPENAI_API_KEY`` when no ``--api-key-env`` (the OpenAI SDK's names)."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL")
+    if not url:
+        raise OptionError("--base-url: not given and OPENAI_BASE_URL is not set")
+    if not key_env_given:
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+    return url, api_key
 
 
 def bench(request: BenchRequest, progress: ProgressSink | None = None) -> Summary:
@@ -212,6 +224,9 @@ def bench_config(request: BenchRequest) -> BenchConfig:
             "scrape_interval_s": request.scrape_interval,
             "busy_poll": request.busy_poll,
             "slo": parse_slo(request.slo) if request.slo is not None else None,
+            "headers": request.headers,
+            "extra_body": request.extra_body,
+            "labels": request.labels,
         },
         BENCH_OPTIONS,
     )

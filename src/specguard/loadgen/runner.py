@@ -29,6 +29,7 @@ from specguard.errors import OptionError, OutputWriteError
 from specguard.lifetime import busy_poll_cpus, set_cpus, terminations_cancel
 from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
+from specguard.loadgen.extras import merge_extra_body, stored_headers
 from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.recorder import Recorder, RecordWritten
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Slo, Summary
@@ -66,6 +67,9 @@ class BenchConfig(BaseModel):
     lag_limits: ClientLagLimits = ClientLagLimits()
     busy_poll: bool = False
     slo: Slo | None = None
+    headers: dict[str, str] = Field(default_factory=dict, description="sent on every request (see loadgen/extras)")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
+    labels: dict[str, str] = Field(default_factory=dict, description="metadata stored in run.json")
 
 
 class ProgressSink:
@@ -81,7 +85,7 @@ class _Run:
         self.cfg = cfg
         self.recorder = recorder
         self.url = endpoint_url(cfg.base_url, cfg.api)
-        self.headers = {"Content-Type": "application/json", **auth_headers(cfg.api_key)}
+        self.headers = {**cfg.headers, "Content-Type": "application/json", **auth_headers(cfg.api_key)}
         self.run_tag = uuid.uuid4().hex[:8]
         self.t0 = 0.0
         self.loop_lags: list[float] = []
@@ -90,6 +94,7 @@ class _Run:
     async def one(self, session: aiohttp.ClientSession, seq: int, item_no: int, scheduled: float) -> None:
         item = self.cfg.prompts.items[item_no]
         body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
+        body = merge_extra_body(body, self.cfg.extra_body)
         request_id = f"specguard-{self.run_tag}-{seq}"
         headers = {**self.headers, "X-Request-Id": request_id}
         res = StreamResult()
@@ -116,6 +121,7 @@ class _Run:
         for _ in range(self.cfg.load.warmup_requests):
             item = self.cfg.prompts.items[next(order)]
             body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
+            body = merge_extra_body(body, self.cfg.extra_body)
             timeout = self.cfg.request_timeout_s
             await stream_request(session, self.url, self.cfg.api, body, self.headers, timeout, time.monotonic())
 
@@ -456,6 +462,9 @@ def _run_info(cfg: BenchConfig, server_version: str | None) -> RunInfo:
         sampling=cfg.sampling,
         sent_sampling=sent_sampling(cfg),
         server_version=server_version,
+        labels=cfg.labels,
+        headers=stored_headers(cfg.headers),
+        extra_body=cfg.extra_body or None,
         started_unix=time.time(),
         started_monotonic=time.monotonic(),
         slo=cfg.slo,

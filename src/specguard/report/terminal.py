@@ -123,6 +123,8 @@ def print_comparison(console: Console, result: Comparison) -> None:
     for note in result.notes:
         console.print(f"[cyan]note[/cyan] {note}")
     console.print(RATIO_FOOTNOTE + result.definitions["ci_low/ci_high"] + ".")
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
 
 
 class RichProgress(ProgressSink):

@@ -9,7 +9,7 @@ A run directory holds:
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, model_validator
 
@@ -87,6 +87,11 @@ class RunInfo(StrictModel):
     prompt_generator: dict[str, str | int] | None = Field(default=None, description="a synthetic set's generator parameters")
     server_version: str | None = None
     cache_config: dict[str, str] | None = None
+    labels: dict[str, str] = Field(default_factory=dict, description="--label KEY=VALUE metadata, carried into reports")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="--header values sent; credential-like ones stored as <redacted>"
+    )
+    extra_body: dict[str, Any] | None = Field(default=None, description="--extra-body, merged into every request body")
     started_unix: float
     started_monotonic: float = Field(description="time.monotonic() at the run's time origin; send times are relative to it")
     finished_unix: float | None = None
