@@ -29,6 +29,7 @@ BENCH_OPTIONS = {
     "base_url": "--base-url",
     "model": "--model",
     "metrics_url": "--metrics-url",
+    "gpu_metrics_url": "--gpu-metrics-url",
     "request_timeout_s": "--request-timeout",
     "scrape_interval_s": "--scrape-interval",
     "out_dir": "--out",
@@ -76,6 +77,7 @@ class BenchRequest(BaseModel):
     warmup: int = default(LoadShape, "warmup_requests")
     api: Literal["completions", "chat"] = default(BenchConfig, "api")
     metrics_url: str | None = None
+    gpu_metrics_url: str | None = None
     scrape_interval: float = default(BenchConfig, "scrape_interval_s")
     seed: int = default(LoadShape, "seed")
     temperature: float | None = None
@@ -142,6 +144,7 @@ def bench_config(request: BenchRequest) -> BenchConfig:
                 "ignore_eos": request.ignore_eos,
             },
             "metrics_url": _metrics_url(request),
+            "gpu_metrics_url": request.gpu_metrics_url,
             "out_dir": request.out,
             "api_key": request.api_key,
             "request_timeout_s": request.request_timeout,
