@@ -103,6 +103,11 @@ class BenchRequest(BaseModel):
             check_base_url(self.base_url)
         except ValueError as exc:
             raise OptionError(f"--base-url {self.base_url}: {exc}") from exc
+        if self.gpu_metrics_url not in (None, "none"):
+            try:
+                check_base_url(self.gpu_metrics_url)
+            except ValueError as exc:
+                raise OptionError(f"--gpu-metrics-url {self.gpu_metrics_url}: {exc}, or 'none'") from exc
         if not self.prompts.strip():
             raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
         return self
