@@ -88,6 +88,10 @@ def bench(
     warmup: Annotated[int | None, typer.Option(help="Requests sent one at a time before measuring; excluded.")] = None,
     api: Annotated[Api | None, typer.Option(help="The OpenAI API to call.")] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Default: BASE/metrics. 'none' disables scraping.")] = None,
+    gpu_metrics_url: Annotated[
+        str | None,
+        typer.Option(help="A DCGM exporter's /metrics for the server's GPUs. Default: NVML if the server is local. 'none': off."),
+    ] = None,
     scrape_interval: Annotated[float | None, typer.Option(help="Seconds between /metrics scrapes (at least 0.1).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seeds the schedule and the prompt order (>= 0).")] = None,
     temperature: Annotated[float | None, typer.Option(help="Override every prompt's temperature (>= 0).")] = None,
@@ -163,6 +167,7 @@ def bench(
             warmup=warmup,
             api=api.value if api else None,
             metrics_url=metrics_url,
+            gpu_metrics_url=gpu_metrics_url,
             scrape_interval=scrape_interval,
             seed=seed,
             temperature=temperature,

@@ -189,6 +189,8 @@ def _goodput(
         return None, [f"no goodput comparison: the runs' SLOs differ ({shown[0]} vs {shown[1]})"]
     assert sb is not None  # equal and not both None
     return compare_goodput([base[1]], [cand[1]], sb, seed=seed), []
+
+
 # Two tools count prompt tokens differently (a BOS token, a chat template's few tokens): foreign runs whose mean
 # prompt length differs by more than this share are not the same prompts.
 PROMPT_LENGTH_TOLERANCE = 0.02

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from specguard.analysis.client_stalls import client_stalls
 from specguard.analysis.definitions import METRIC_DEFINITIONS
+from specguard.analysis.gpu_usage import gpu_usage
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import inter_chunk_gaps, measured_window, per_token_itl, tpot
 from specguard.analysis.slo import slo_attainment
@@ -17,6 +18,8 @@ from specguard.results.models import (
     Acceptance,
     ClientStalls,
     GaugeSeries,
+    GpuSample,
+    GpuUsage,
     MetricsSample,
     Percentiles,
     RequestRecord,
@@ -73,10 +76,13 @@ def summarize(
     stalls_s: Sequence[tuple[float, float]] | None = None,
     limits: ClientLagLimits | None = None,
     slo: Slo | None = None,
+    gpu_samples: Sequence[GpuSample] = (),
 ) -> Summary:
     """``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk).
 
     ``slo``: count goodput and SLO attainment against these, over the same window as the throughputs.
+
+    ``gpu_samples``: the run's gpu_metrics.jsonl (none: the GPUs were not sampled, ``gpu`` is None).
     """
     limits = limits or ClientLagLimits()
     ok = [r for r in records if r.ok]
@@ -91,6 +97,7 @@ def summarize(
     loop_lag = percentiles(loop_lags_s, 1000.0)
     kinds = error_kinds(records)
     stalls = client_stalls(records, stalls_s) if stalls_s is not None else None
+    gpu = gpu_usage(gpu_samples)
     warnings = [
         *server.warnings,
         *_scrape_warnings(scrape_gaps),
@@ -126,12 +133,13 @@ def summarize(
         requests_running=_gauge(samples, "requests_running"),
         requests_waiting=_gauge(samples, "requests_waiting"),
         preemptions=server.preemptions,
+        gpu=gpu,
         finished_by_reason=server.finished,
         server_generation_tokens=server.generation_tokens,
         token_sources={str(k): v for k, v in sources.items()},
         segments=dict(Counter(r.segment for r in records)),
         scrape_gaps=scrape_gaps,
-        notes=server.notes,
+        notes=server.notes + _gpu_notes(gpu),
         warnings=warnings,
         definitions=METRIC_DEFINITIONS,
     )
@@ -173,6 +181,14 @@ def _server_window(records: Sequence[RequestRecord], samples: Sequence[MetricsSa
             window.finished[reason] = v - before.finished_by_reason.get(reason, 0.0)
         _foreign_traffic(records, window.finished, window.generation_tokens, window.warnings)
     return window
+
+
+def _gpu_notes(gpu: GpuUsage | None) -> list[str]:
+    if gpu is not None and not gpu.available:
+        return [f"GPU figures not available: {gpu.reason}"]
+    if gpu is not None and gpu.gaps:
+        return [f"{gpu.gaps} GPU sample(s) failed ({gpu.reason}): gaps in the GPU series"]
+    return []
 
 
 def _scrape_warnings(gaps: int) -> list[str]:

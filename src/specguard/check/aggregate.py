@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
+from specguard.analysis.gpu_usage import mean_utilisation
 from specguard.analysis.slo import compare_goodput
 from specguard.check.plan import CheckPlan
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
@@ -110,6 +111,10 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                             kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
                             waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
                             waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
+                            gpu_util_baseline=_mean([mean_utilisation(s) for s in sb]),
+                            gpu_util_candidate=_mean([mean_utilisation(s) for s in sc]),
+                            tokens_per_s_baseline=_mean([s.output_tokens_per_s for s in sb]),
+                            tokens_per_s_candidate=_mean([s.output_tokens_per_s for s in sc]),
                             client_warnings=sorted(set(warnings)),
                             metrics=m,
                         )

@@ -35,6 +35,9 @@ class EndpointSpec(FiniteModel):
     base_url: HttpUrl
     model: str
     metrics_url: HttpUrl | None = None
+    gpu_metrics_url: HttpUrl | None = Field(
+        default=None, description="a DCGM exporter's page for the server's GPUs (default: NVML if base_url is on loopback)"
+    )
     api_key_env: str | None = Field(default=None, description="environment variable holding the API key")
 
 

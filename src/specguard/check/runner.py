@@ -233,7 +233,7 @@ def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, 
         pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
         state.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
     metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
-    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None)
+    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None, ep.gpu_metrics_url)
 
 
 def _run_block(
@@ -247,6 +247,7 @@ def _run_block(
     metrics_url: str,
     api_key: str | None,
     server: ManagedServer | None,
+    gpu_metrics_url: str | None = None,
 ) -> None:
     plan = resolved.plan
     for traffic in plan.traffic:
@@ -263,6 +264,7 @@ def _run_block(
                         temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=plan.max_tokens
                     ),
                     metrics_url=metrics_url,
+                    gpu_metrics_url=gpu_metrics_url,
                     out_dir=run_dir,
                     api_key=api_key,
                     default_max_tokens=plan.max_tokens,

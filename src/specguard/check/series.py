@@ -11,9 +11,9 @@ from pathlib import Path
 
 from specguard.analysis.compare import metric_values
 from specguard.check.plan import CheckPlan
-from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, LoadSeries
+from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, GpuPanel, GpuTrace, LoadSeries
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.store import load_run, load_summary
+from specguard.results.store import load_gpu_samples, load_run, load_summary
 from specguard.verdict import CellComparison
 
 MAX_ITL_POINTS = 20000  # a box plot of more per-token values only makes the page heavier
@@ -88,6 +88,27 @@ def gauges(plan: CheckPlan, d: CheckDir, target: str) -> list[GaugeTrace]:
     return out
 
 
+def gpu_panels(plan: CheckPlan, d: CheckDir, target: str) -> list[GpuPanel]:
+    """Per arm, its GPUs' utilisation and memory over time, in the run the gauges chart shows (or why there are none)."""
+    out = []
+    for arm in ARMS:
+        runs = d.measured_runs(arm, cell_key(target, plan.sampling[0].name, 0), plan.repetitions)
+        samples = load_gpu_samples(runs[0]) if runs else []
+        if not samples:
+            continue
+        good = [s for s in samples if s.ok]
+        traces: dict[str, GpuTrace] = {}
+        for s in good:
+            for g in s.gpus:
+                trace = traces.setdefault(g.gpu, GpuTrace(arm=arm, gpu=g.gpu, t_s=[], utilization_pct=[], memory_used_mib=[]))
+                trace.t_s.append(s.t_s)
+                trace.utilization_pct.append(g.utilization_pct)
+                trace.memory_used_mib.append(g.memory_used_mib)
+        reason = None if good else next((s.error for s in samples if s.error), "no GPU sample succeeded")
+        out.append(GpuPanel(arm=arm, traces=list(traces.values()), reason=reason))
+    return out
+
+
 def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Charts:
     d = CheckDir(out)
     target = next(t for t in plan.traffic if t.target).name
@@ -98,4 +119,5 @@ def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Chart
         distributions=distributions(plan, d, target),
         acceptance=acceptance(plan, d),
         gauges=gauges(plan, d, target),
+        gpu=gpu_panels(plan, d, target),
     )

@@ -32,6 +32,7 @@ BENCH_OPTIONS = {
     "base_url": "--base-url",
     "model": "--model",
     "metrics_url": "--metrics-url",
+    "gpu_metrics_url": "--gpu-metrics-url",
     "request_timeout_s": "--request-timeout",
     "scrape_interval_s": "--scrape-interval",
     "out_dir": "--out",
@@ -94,6 +95,7 @@ class BenchRequest(BaseModel):
     warmup: int = default(LoadShape, "warmup_requests")
     api: Literal["completions", "chat"] = default(BenchConfig, "api")
     metrics_url: str | None = None
+    gpu_metrics_url: str | None = None
     scrape_interval: float = default(BenchConfig, "scrape_interval_s")
     seed: int = default(LoadShape, "seed")
     temperature: float | None = None
@@ -132,6 +134,11 @@ class BenchRequest(BaseModel):
             raise OptionError(f"--base-url {self.base_url}: {exc}") from exc
         if self.slo is not None:
             parse_slo(self.slo)  # raises OptionError naming --slo
+        if self.gpu_metrics_url not in (None, "none"):
+            try:
+                check_base_url(self.gpu_metrics_url)
+            except ValueError as exc:
+                raise OptionError(f"--gpu-metrics-url {self.gpu_metrics_url}: {exc}, or 'none'") from exc
         if not self.prompts.strip():
             raise OptionError("--prompts: expected a JSONL prompt file or synthetic:NAME, got an empty string")
         if self.prompt_count < 1:
@@ -166,6 +173,8 @@ def prompt_options(request: BenchRequest) -> PromptOptions:
     if synthetic:
         values["synthetic"] = synthetic
     return options(PromptOptions, values, PROMPT_OPTIONS)
+
+
 def openai_env_defaults(base_url: str | None, api_key: str | None, key_env_given: bool) -> tuple[str, str | None]:
     """``OPENAI_BASE_URL`` when no ``--base-url``; ``OPENAI_API_KEY`` when no ``--api-key-env`` (the OpenAI SDK's names)."""
     url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -218,6 +227,7 @@ def bench_config(request: BenchRequest) -> BenchConfig:
                 "ignore_eos": request.ignore_eos,
             },
             "metrics_url": _metrics_url(request),
+            "gpu_metrics_url": request.gpu_metrics_url,
             "out_dir": request.out,
             "api_key": request.api_key,
             "request_timeout_s": request.request_timeout,

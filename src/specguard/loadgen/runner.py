@@ -32,8 +32,18 @@ from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.extras import merge_extra_body, stored_headers
 from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.recorder import Recorder, RecordWritten
-from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides, Slo, Summary
-from specguard.results.store import RunWriter, read_jsonl
+from specguard.results.models import (
+    GpuSample,
+    LoadShape,
+    MetricsSample,
+    RequestRecord,
+    RunInfo,
+    SamplingOverrides,
+    Slo,
+    Summary,
+)
+from specguard.results.store import GPU_METRICS_FILE, JsonlAppender, RunWriter, load_gpu_samples, read_jsonl
+from specguard.server_metrics.gpu import gpu_source
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import auth_headers, inspect_server
 from specguard.validation import HttpUrl
@@ -59,6 +69,9 @@ class BenchConfig(BaseModel):
     load: LoadShape
     sampling: SamplingOverrides = SamplingOverrides()
     metrics_url: HttpUrl | None = None
+    gpu_metrics_url: HttpUrl | Literal["none"] | None = Field(
+        default=None, description="a DCGM exporter's page; None: NVML for a server on loopback; 'none': no GPU sampling"
+    )
     out_dir: Path
     api_key: str | None = None
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -305,6 +318,7 @@ class _Measurement:
         self.interrupted = False
         self.info = _run_info(cfg, server_version)
         self.scraper: ScraperProcess | None = None
+        self.gpu_unavailable: str | None = None
         self.gc_was_enabled = False
 
     async def run(self) -> Summary:
@@ -326,9 +340,11 @@ class _Measurement:
 
     async def _start_helpers(self) -> None:
         await self.recorder.start()
-        if self.cfg.metrics_url:
+        gpu, self.gpu_unavailable = gpu_source(self.cfg.base_url, self.cfg.gpu_metrics_url)
+        if self.cfg.metrics_url or gpu:
+            gpu_out = self.cfg.out_dir / GPU_METRICS_FILE
             self.scraper = ScraperProcess(
-                self.cfg.metrics_url, self.cfg.scrape_interval_s, self.writer.metrics.path, self.helper_cpus
+                self.cfg.metrics_url, self.cfg.scrape_interval_s, self.writer.metrics.path, self.helper_cpus, gpu, gpu_out
             )
             await asyncio.to_thread(self.scraper.launch)
 
@@ -354,11 +370,22 @@ class _Measurement:
         t0 = self.run_state.t0 = time.monotonic()
         self.info.started_unix = time.time()
         self.info.started_monotonic = t0
-        if self.scraper is not None and first is not None:
+        if first is not None:
             self.writer.metrics.append(first.model_copy(update={"t_s": 0.0}))
+        if self.scraper is not None:
             self.scraper.begin(t0)
+        if self.gpu_unavailable is not None:
+            self._record_gpu_unavailable(self.gpu_unavailable)
         self.writer.write_run(self.info)
         self.phase = "measurement"
+
+    def _record_gpu_unavailable(self, reason: str) -> None:
+        """The one line of a run whose GPUs cannot be sampled: the reason, kept with the run."""
+        appender = JsonlAppender(self.cfg.out_dir / GPU_METRICS_FILE)
+        try:
+            appender.append(GpuSample(t_s=0.0, phase="before", source=None, ok=False, error=reason), sync=False)
+        finally:
+            appender.close()
 
     async def _dispatch(self) -> None:
         lag_task = asyncio.create_task(self.run_state.monitor_loop_lag())
@@ -376,7 +403,8 @@ class _Measurement:
             return
         self.scraper.stop()
         self.scraper = None
-        assert self.cfg.metrics_url is not None  # a scraper runs only with a metrics URL
+        if self.cfg.metrics_url is None:  # the scraper sampled GPUs only
+            return
         try:
             # vLLM updates its counters as it emits the last chunk; give it a moment.
             await asyncio.sleep(0.3)
@@ -397,10 +425,11 @@ class _Measurement:
     def _finish(self) -> Summary:
         """The run's summary from what is on disk, and run.json and summary.json written beside the records."""
         self._stamp_end()
-        records, samples = self._read_back()
+        records, samples, gpu_samples = self._read_back()
         summary = summarize(
             records,
             samples,
+            gpu_samples=gpu_samples,
             interrupted=self.interrupted,
             loop_lags_s=self.run_state.loop_lags,
             stalls_s=self.run_state.stalls,
@@ -421,14 +450,14 @@ class _Measurement:
         self.info.interrupted = self.interrupted
         self.info.interrupted_phase = self.phase if self.interrupted else None
 
-    def _read_back(self) -> tuple[list[RequestRecord], list[MetricsSample]]:
+    def _read_back(self) -> tuple[list[RequestRecord], list[MetricsSample], list[GpuSample]]:
         if not self.cfg.out_dir.is_dir():
             raise OutputWriteError(
                 f"{self.cfg.out_dir}: the output directory vanished during the run; its request records went with it"
             )
         records = read_jsonl(self.writer.requests_path, RequestRecord)
         records.sort(key=lambda r: r.seq)
-        return records, read_jsonl(self.writer.metrics.path, MetricsSample)
+        return records, read_jsonl(self.writer.metrics.path, MetricsSample), load_gpu_samples(self.cfg.out_dir)
 
     def _write_outputs(self, summary: Summary, n_records: int) -> None:
         out_dir = self.cfg.out_dir
@@ -454,6 +483,7 @@ def _run_info(cfg: BenchConfig, server_version: str | None) -> RunInfo:
         api=cfg.api,
         model=cfg.model,
         metrics_url=cfg.metrics_url,
+        gpu_source=gpu_source(cfg.base_url, cfg.gpu_metrics_url)[0],
         prompt_source=cfg.prompts.source,
         prompt_count=len(cfg.prompts.items),
         prompt_sha256=cfg.prompts.sha256,

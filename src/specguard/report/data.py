@@ -8,7 +8,7 @@ under report/ imports from the check package (tests/unit/report/test_report.py c
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
@@ -68,6 +68,24 @@ class GaugeTrace(BaseModel):
     requests_waiting: list[float | None]
 
 
+class GpuTrace(BaseModel):
+    """One GPU of one arm's server over a run: utilisation (%) and memory used (MiB) at each sample."""
+
+    arm: str
+    gpu: str
+    t_s: list[float]
+    utilization_pct: list[float | None]
+    memory_used_mib: list[float | None]
+
+
+class GpuPanel(BaseModel):
+    """One arm's GPUs over time, or why there are none (``reason``; None when the GPUs were not sampled)."""
+
+    arm: str
+    traces: list[GpuTrace]
+    reason: str | None = None
+
+
 class Charts(BaseModel):
     objective_title: str
     load_series: list[LoadSeries]
@@ -75,6 +93,7 @@ class Charts(BaseModel):
     distributions: list[ArmDistribution]
     acceptance: list[AcceptanceBars]
     gauges: list[GaugeTrace]
+    gpu: list[GpuPanel] = Field(default_factory=list)
 
 
 class ReportData(BaseModel):

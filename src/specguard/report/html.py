@@ -25,9 +25,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = TEMPLATES / "report.html.j2"
 
 
-def chart_div(fig: go.Figure, name: str) -> str:
+def chart_div(fig: go.Figure, name: str, height: int = 360) -> str:
     """One chart as a ``<div id=name>`` that draws itself with the page's inlined plotly.js."""
-    fig.update_layout(template="plotly_white", height=360, margin={"l": 50, "r": 20, "t": 50, "b": 40})
+    fig.update_layout(template="plotly_white", height=height, margin={"l": 50, "r": 20, "t": 50, "b": 40})
     return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=name, config={"displaylogo": False}))
 
 
@@ -84,9 +84,31 @@ def server_gauges(c: Charts) -> str:
     return chart_div(fig, "server-gauges")
 
 
+def gpu_panels(c: Charts) -> str | None:
+    """One row per arm: utilisation and memory used of each GPU over time; None when no arm sampled its GPUs."""
+    if not c.gpu:
+        return None
+    titles = [f"{p.arm}: {what}" for p in c.gpu for what in ("GPU utilisation (%)", "GPU memory used (MiB)")]
+    fig = make_subplots(rows=len(c.gpu), cols=2, subplot_titles=titles)
+    for row, panel in enumerate(c.gpu, start=1):
+        for t in panel.traces:
+            line = {"color": COLORS[t.arm]}
+            name = f"{t.arm} GPU {t.gpu}"
+            fig.add_trace(go.Scatter(x=t.t_s, y=t.utilization_pct, name=name, line=line), row, 1)
+            fig.add_trace(go.Scatter(x=t.t_s, y=t.memory_used_mib, name=name, showlegend=False, line=line), row, 2)
+        if panel.reason is not None:
+            for col in (1, 2):
+                fig.add_annotation(text=f"not available: {panel.reason}", showarrow=False, row=row, col=col)
+    fig.update_layout(title=f"GPUs over time (target level '{c.target}', first repetition)")
+    return chart_div(fig, "gpu-panels", height=300 * len(c.gpu))
+
+
 def render_html(data: ReportData) -> str:
     c = data.charts
     charts = [latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
+    gpu = gpu_panels(c)
+    if gpu is not None:
+        charts.append(gpu)
     return render_page(
         TEMPLATE.name,
         v=data.verdict,

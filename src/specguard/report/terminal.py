@@ -13,7 +13,7 @@ from specguard.analysis.definitions import RATIO_FOOTNOTE, SUMMARY_FOOTNOTE
 from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import ProgressSink
 from specguard.report.numbers import fmt, fmt_samples
-from specguard.results.models import GaugeSeries, Percentiles, Summary
+from specguard.results.models import GaugeSeries, GpuUsage, Percentiles, Summary
 
 _LATENCY_ROWS = [
     ("TTFT (ms)", "ttft_ms"),
@@ -59,6 +59,7 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
     table.add_row("KV usage mean/max", *[_gauge(x.kv_cache_usage) for x in s])
     table.add_row("waiting mean/max", *[_gauge(x.requests_waiting) for x in s])
     table.add_row("preemptions", *[fmt(x.preemptions, 0) for x in s])
+    table.add_row("GPU util mean/max %", *[_gpu(x.gpu) for x in s])
     return table
 
 
@@ -67,6 +68,18 @@ def _attainment(s: Summary) -> str:
         return "-"
     bounds = ", ".join(f"{k}<={v:g}" for k, v in s.slo.slo.given().items())
     return f"{s.slo.attainment:.1%} of {s.requests} ({bounds})"
+
+
+def _gpu(usage: GpuUsage | None) -> str:
+    """Per GPU 'mean/max' utilisation (and max memory used); why not, when the GPUs could not be read."""
+    if usage is None:
+        return "-"
+    if not usage.available:
+        return "not available"
+    return "; ".join(
+        f"{g.gpu}: {fmt(g.utilization_mean_pct, 0)}/{fmt(g.utilization_max_pct, 0)}, {fmt(g.memory_used_max_mib, 0)} MiB"
+        for g in usage.gpus
+    )
 
 
 def _gauge(g: GaugeSeries | None) -> str:

@@ -4,6 +4,7 @@ A run directory holds:
   run.json             RunInfo          what was run, against what, when
   requests.jsonl       RequestRecord    one line per measured request, flushed as each finishes
   server_metrics.jsonl MetricsSample    one line per /metrics scrape (or failed scrape)
+  gpu_metrics.jsonl    GpuSample        one line per GPU sampling (NVML or a DCGM exporter's page), if sampled
   summary.json         Summary          the derived figures
 """
 
@@ -19,6 +20,7 @@ RUN_SCHEMA: Final = "specguard.run/1"
 REQUEST_SCHEMA: Final = "specguard.request/1"
 METRICS_SCHEMA: Final = "specguard.server_metrics/1"
 SUMMARY_SCHEMA: Final = "specguard.summary/1"
+GPU_SCHEMA: Final = "specguard.gpu_metrics/1"
 
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 
@@ -75,6 +77,7 @@ class RunInfo(StrictModel):
     api: Literal["completions", "chat"]
     model: str
     metrics_url: str | None
+    gpu_source: str | None = Field(default=None, description="'nvml', a DCGM exporter's URL, or None: GPUs not sampled")
     prompt_source: str
     prompt_count: int
     load: LoadShape
@@ -141,6 +144,60 @@ class MetricsSample(StrictModel):
     finished_by_reason: dict[str, float] = Field(default_factory=dict)
     names_seen: dict[str, str] = Field(default_factory=dict, description="canonical name -> exposed name")
     cache_config: dict[str, str] | None = Field(default=None, description="labels of vllm:cache_config_info")
+
+
+GpuSource = Literal["nvml", "dcgm"]
+
+
+class GpuReading(StrictModel):
+    """One GPU at one moment; a figure the source did not give is None."""
+
+    gpu: str = Field(description="the device index as the source numbers it (NVML index, DCGM's 'gpu' label)")
+    uuid: str | None = None
+    name: str | None = Field(default=None, description="the model name (NVML's device name, DCGM's 'modelName')")
+    utilization_pct: float | None = Field(default=None, description="share of the last sample period a kernel ran, %")
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+
+
+class GpuSample(StrictModel):
+    """One sampling of the server host's GPUs; ``ok`` false with the reason when it failed or is not available."""
+
+    schema_version: Literal["specguard.gpu_metrics/1"] = GPU_SCHEMA
+    t_s: float = Field(description="seconds after the run's time origin")
+    phase: Literal["before", "during", "after"]
+    source: GpuSource | None = Field(description="None: no source could be used (the reason is in error)")
+    ok: bool
+    error: str | None = None
+    gpus: list[GpuReading] = Field(default_factory=list)
+
+
+class GpuStats(StrictModel):
+    """One GPU over a run's samples."""
+
+    gpu: str
+    uuid: str | None
+    name: str | None
+    samples: int
+    utilization_mean_pct: float | None
+    utilization_max_pct: float | None
+    memory_used_max_mib: float | None
+    memory_total_mib: float | None
+    power_mean_w: float | None
+    sm_clock_mean_mhz: float | None
+
+
+class GpuUsage(StrictModel):
+    """The server host's GPUs during a run, or why they could not be read."""
+
+    available: bool
+    source: GpuSource | None
+    reason: str | None = Field(default=None, description="why no GPU figures (available false), or the first failure")
+    samples: int = Field(description="samplings that succeeded")
+    gaps: int = Field(description="samplings that failed")
+    gpus: list[GpuStats] = Field(default_factory=list)
 
 
 class Percentiles(StrictModel):
@@ -219,6 +276,7 @@ class Summary(StrictModel):
     requests_running: GaugeSeries | None
     requests_waiting: GaugeSeries | None
     preemptions: float | None
+    gpu: GpuUsage | None = Field(default=None, description="None: not sampled (a run before GPU sampling, or turned off)")
     finished_by_reason: dict[str, float]
     server_generation_tokens: float | None
     token_sources: dict[str, int]

@@ -16,12 +16,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specguard.errors import InputFileError, OutputExistsError, OutputWriteError
-from specguard.results.models import MetricsSample, RequestRecord, RunInfo, Summary
+from specguard.results.models import GpuSample, MetricsSample, RequestRecord, RunInfo, Summary
 from specguard.validation import describe, read_input_text
 
 RUN_FILE = "run.json"
 REQUESTS_FILE = "requests.jsonl"
 METRICS_FILE = "server_metrics.jsonl"
+GPU_METRICS_FILE = "gpu_metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
 M = TypeVar("M", bound=BaseModel)
@@ -175,6 +176,12 @@ def load_run(run_dir: Path) -> tuple[RunInfo, list[RequestRecord], list[MetricsS
     return info, records, samples
 
 
+def load_gpu_samples(run_dir: Path) -> list[GpuSample]:
+    """gpu_metrics.jsonl of a run; empty for a run that did not sample its GPUs (or predates GPU sampling)."""
+    path = run_dir / GPU_METRICS_FILE
+    return read_jsonl(path, GpuSample) if path.exists() else []
+
+
 def load_summary(run_dir: Path) -> Summary:
     return read_json(run_dir / SUMMARY_FILE, Summary)
 
@@ -191,7 +198,8 @@ def load_or_recompute_summary(run_dir: Path) -> Summary:
         raise RunDirError(f"{run_dir}: not a run directory (no {SUMMARY_FILE} and no {REQUESTS_FILE})")
     info, records, samples = load_run(run_dir)
     records.sort(key=lambda r: r.seq)
-    return summarize(records, samples, interrupted=info.interrupted, incomplete=True, slo=info.slo)
+    gpu = load_gpu_samples(run_dir)
+    return summarize(records, samples, interrupted=info.interrupted, incomplete=True, slo=info.slo, gpu_samples=gpu)
 
 
 def dumps(model: BaseModel) -> str:

@@ -11,6 +11,11 @@ The child ends when its stdin closes: the parent closes it to stop the
 scrapes, and the kernel closes it when the parent dies, however it dies, so
 no scraper outlives its run. Group signals (Ctrl-C, ``systemctl stop``) are
 ignored: the parent decides when scraping ends.
+
+On the same ticks it samples the server host's GPUs (``--gpu``: 'nvml' or a DCGM
+exporter's URL, see ``gpu.py``) into gpu_metrics.jsonl. NVML's reason for being
+unavailable does not change during a run, so it is written once and the GPU
+sampling stops; a DCGM exporter that fails is a gap on that tick only.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import aiohttp
 
 from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.results.models import MetricsSample
+from specguard.server_metrics.gpu import GpuSampler, NvmlSampler, gpu_sampler
 from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
 
 
@@ -68,18 +75,19 @@ class ScraperProcess:
     before the run's traffic starts; it is then given the run's time origin.
     """
 
-    def __init__(self, url: str, interval_s: float, out: Path, cpus: set[int] | None = None) -> None:
-        self.argv = [
-            sys.executable,
-            "-m",
-            "specguard.server_metrics.scraper",
-            "--url",
-            url,
-            "--interval",
-            repr(interval_s),
-            "--out",
-            str(out),
-        ]
+    def __init__(
+        self,
+        url: str | None,
+        interval_s: float,
+        out: Path,
+        cpus: set[int] | None = None,
+        gpu: str | None = None,
+        gpu_out: Path | None = None,
+    ) -> None:
+        """``url`` None: no /metrics scrapes; ``gpu`` ('nvml' or a DCGM exporter URL) with ``gpu_out``: GPU samples."""
+        self.argv = [sys.executable, "-m", "specguard.server_metrics.scraper", "--interval", repr(interval_s)]
+        self.argv += ["--url", url, "--out", str(out)] if url else []
+        self.argv += ["--gpu", gpu, "--gpu-out", str(gpu_out)] if gpu and gpu_out else []
         self.proc: subprocess.Popen[bytes] | None = None
         self.cpus = cpus
 
@@ -119,13 +127,17 @@ class ScraperProcess:
 
 def _main() -> None:
     p = argparse.ArgumentParser(description="specguard's periodic /metrics scraper (started by specguard bench)")
-    p.add_argument("--url", required=True)
+    p.add_argument("--url")
     p.add_argument("--interval", type=float, required=True)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--gpu", help="'nvml' or a DCGM exporter's metrics URL")
+    p.add_argument("--gpu-out", type=Path)
     a = p.parse_args()
     ignore_interrupts()
     # Yield the CPU to the load generator, whose timestamps are the measurement.
     yield_cpu()
+    # NVML is opened before "ready": nvmlInit takes tens of milliseconds with a driver, kept out of the run.
+    gpu = gpu_sampler(a.gpu) if a.gpu and a.gpu_out else None
     print("ready", flush=True)
     line = sys.stdin.readline()
     if not line.strip():
@@ -138,16 +150,33 @@ def _main() -> None:
         stop.set()
 
     threading.Thread(target=watch_parent, daemon=True).start()
-    with a.out.open("a", encoding="utf-8") as fh:
-        tick = time.monotonic()
-        while not stop.wait(max(0.0, tick + a.interval - time.monotonic())):
-            tick += a.interval
-            sample = scrape_blocking(a.url, t0, "during")
-            try:
-                fh.write(sample.model_dump_json() + "\n")
-                fh.flush()
-            except OSError:
-                os._exit(3)  # disk full or directory gone: the run reports it once, from the record writer or itself
+    metrics_fh = a.out.open("a", encoding="utf-8") if a.url and a.out else None
+    gpu_fh = a.gpu_out.open("a", encoding="utf-8") if gpu is not None else None
+    tick = time.monotonic()
+    while not stop.wait(max(0.0, tick + a.interval - time.monotonic())):
+        tick += a.interval
+        if metrics_fh is not None:
+            _write(metrics_fh, scrape_blocking(a.url, t0, "during").model_dump_json())
+        if gpu is not None and gpu_fh is not None:
+            gpu = _sample_gpu(gpu, gpu_fh, t0)
+    if gpu is not None:
+        gpu.close()
+
+
+def _sample_gpu(gpu: GpuSampler, fh: IO[str], t0: float) -> GpuSampler | None:
+    """One GPU sample written; the sampler to use next tick, None once NVML has said it cannot be used."""
+    _write(fh, gpu.read(t0, "during").model_dump_json())
+    if isinstance(gpu, NvmlSampler) and gpu.unavailable is not None:
+        return None
+    return gpu
+
+
+def _write(fh: IO[str], line: str) -> None:
+    try:
+        fh.write(line + "\n")
+        fh.flush()
+    except OSError:
+        os._exit(3)  # disk full or directory gone: the run reports it once, from the record writer or itself
 
 
 if __name__ == "__main__":

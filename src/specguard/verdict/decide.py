@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
+from specguard.analysis.gpu_usage import higher_utilisation_warning
 from specguard.verdict.budget_tests import (
     MAX_ADVICE,
     error_difference_interval,
@@ -353,7 +354,10 @@ def cell_warnings(cell: CellComparison) -> list[str]:
     ):
         if b is not None and c is not None and c > b * 1.2 + 0.01:
             out.append(f"{cell.name}: {what} rose on the candidate ({b:.3f} -> {c:.3f} mean)")
-    return out
+    gpu = higher_utilisation_warning(
+        cell.name, cell.gpu_util_baseline, cell.gpu_util_candidate, cell.tokens_per_s_baseline, cell.tokens_per_s_candidate
+    )
+    return out + ([gpu] if gpu else [])
 
 
 def crossovers(cells: Sequence[CellComparison], higher_is_better: bool) -> list[str]:

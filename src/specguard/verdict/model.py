@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from specguard.analysis.ab_statistics import RatioResult
 
@@ -77,6 +77,10 @@ class CellComparison(BaseModel):
     kv_usage_candidate: float | None = None
     waiting_baseline: float | None = None
     waiting_candidate: float | None = None
+    gpu_util_baseline: float | None = Field(default=None, description="mean GPU utilisation (%) over the arm's runs")
+    gpu_util_candidate: float | None = None
+    tokens_per_s_baseline: float | None = Field(default=None, description="mean output tokens/s over the arm's runs")
+    tokens_per_s_candidate: float | None = None
     client_warnings: list[str] = []
     metrics: dict[str, dict[str, RatioResult]] = {}
 
