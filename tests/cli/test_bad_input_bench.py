@@ -129,11 +129,18 @@ def test_needs_a_stop(cli: Cli, tmp_path: Path) -> None:
     cli.fails(args[:i] + args[i + 2 :], USAGE, "give --num-requests and/or --duration")
 
 
-@pytest.mark.parametrize("missing", ["--base-url", "--model", "--prompts", "--out"])
+@pytest.mark.parametrize("missing", ["--model", "--prompts", "--out"])
 def test_required_option(cli: Cli, tmp_path: Path, missing: str) -> None:
     args = base(tmp_path / "run")
     i = args.index(missing)
     cli.fails(args[:i] + args[i + 2 :], USAGE, f"Missing option '{missing}'")
+
+
+def test_no_base_url_and_no_openai_base_url(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    args = base(tmp_path / "run")
+    i = args.index("--base-url")
+    cli.fails(args[:i] + args[i + 2 :], USAGE, "--base-url: not given and OPENAI_BASE_URL is not set")
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))

@@ -177,8 +177,8 @@ def prompt_options(request: BenchRequest) -> PromptOptions:
 
 def openai_env_defaults(base_url: str | None, api_key: str | None, key_env_given: bool) -> tuple[str, str | None]:
     """``OPENAI_BASE_URL`` when no ``--base-url``; ``OPENAI_API_KEY`` when no ``--api-key-env`` (the OpenAI SDK's names)."""
-    url = base_url or os.environ.get("OPENAI_BASE_URL")
-    if not url:
+    url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL")
+    if url is None:
         raise OptionError("--base-url: not given and OPENAI_BASE_URL is not set")
     if not key_env_given:
         api_key = os.environ.get("OPENAI_API_KEY") or None

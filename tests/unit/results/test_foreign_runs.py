@@ -145,5 +145,5 @@ def test_compare_guidellm_benchmarks(tmp_path: Path) -> None:
 def test_an_unknown_json_is_refused_by_name(tmp_path: Path) -> None:
     f = tmp_path / "x.json"
     f.write_text("{}")
-    with pytest.raises(InputFileError, match="neither a vllm bench"):
+    with pytest.raises(InputFileError, match="nor a vllm bench serve --save-detailed result"):
         load_any_run(str(f))

@@ -41,7 +41,7 @@ def load_any_run(arg: str) -> LoadedRun:
         info, records, _ = load_run(path)
         return LoadedRun(arg, "specguard", info, records)
     if not path.exists():
-        raise InputFileError(f"{path}: not found; expected a run directory, a vllm bench result or a GuideLLM benchmarks.json")
+        raise InputFileError(f"{path}: run directory not found (nor a vllm bench result or GuideLLM benchmarks.json)")
     data = _read_json(path)
     fmt = detect_format(data)
     if fmt == "vllm-bench":
@@ -51,8 +51,8 @@ def load_any_run(arg: str) -> LoadedRun:
     if fmt == "guidellm":
         return parse_guidellm(data, arg, index)
     raise InputFileError(
-        f"{path}: neither a vllm bench serve --save-detailed result (keys 'ttfts', 'itls') "
-        "nor a GuideLLM benchmarks.json (key 'benchmarks')"
+        f"{path}: not a directory, nor a vllm bench serve --save-detailed result (keys 'ttfts', 'itls') "
+        "or a GuideLLM benchmarks.json (key 'benchmarks')"
     )
 
 
@@ -60,9 +60,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read: {exc}") from exc
+        raise InputFileError(f"{path}: not a directory, nor a readable result file: {exc}") from exc
     except json.JSONDecodeError as exc:
-        raise InputFileError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from exc
+        raise InputFileError(f"{path}: not a directory, nor a result file (line {exc.lineno}: not JSON: {exc.msg})") from exc
     if not isinstance(data, dict):
-        raise InputFileError(f"{path}: expected a JSON object at the top")
+        raise InputFileError(f"{path}: not a directory, nor a result file (expected a JSON object at the top)")
     return data
