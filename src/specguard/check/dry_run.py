@@ -62,10 +62,8 @@ def _per_run(t: TrafficLevel) -> int | None:
 def _run_seconds(t: TrafficLevel, per_run: int | None, request_s: float) -> tuple[float | None, bool]:
     """(seconds, whether the figure rests on the assumed request time)."""
     if t.rate is not None:  # open loop: the schedule fixes it, plus the last request's own time
-        span = t.duration_s if per_run is None else per_run / t.rate
-        if t.duration_s is not None:
-            span = min(span, t.duration_s)
-        return span + request_s, True
+        spans = [s for s in (t.duration_s, None if per_run is None else per_run / t.rate) if s is not None]
+        return min(spans) + request_s, True
     in_flight = t.concurrency or t.burst or 1
     if per_run is None:
         return t.duration_s, False  # a closed loop bounded by duration lasts that long
