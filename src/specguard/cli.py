@@ -270,6 +270,10 @@ def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
     out: Annotated[Path, typer.Option(help="A new directory for the runs, verdict.json, report.md and report.html.")],
     resume: Annotated[bool, typer.Option(help="Continue an interrupted check in --out: only the blocks not yet done.")] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE metadata (repeatable) over the plan labels, in every run and check.json."),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
     ] = False,
@@ -286,8 +290,11 @@ def check(
     from specguard.check.requirements import plan_warnings
     from specguard.check.runner import run_check
     from specguard.embedded.launch import embedded_launcher
+    from specguard.loadgen.extras import parse_labels
 
     plan = load_plan(plan_path)
+    if label:
+        plan = plan.model_copy(update={"labels": {**plan.labels, **parse_labels(label)}})
     if dry_run:
         for line in render_dry_run(plan_dry_run(plan), [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)

@@ -255,6 +255,7 @@ def _run_block(
     gpu_metrics_url: str | None = None,
 ) -> None:
     plan = resolved.plan
+    plan_arm: Arm = getattr(plan.arms, arm)
     for traffic in plan.traffic:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
@@ -274,6 +275,9 @@ def _run_block(
                     api_key=api_key,
                     default_max_tokens=plan.max_tokens,
                     slo=plan.slo,
+                    headers=plan_arm.headers,
+                    extra_body=plan_arm.extra_body,
+                    labels=plan.labels,
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
