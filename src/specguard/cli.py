@@ -270,18 +270,37 @@ def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
     out: Annotated[Path, typer.Option(help="A new directory for the runs, verdict.json, report.md and report.html.")],
     resume: Annotated[bool, typer.Option(help="Continue an interrupted check in --out: only the blocks not yet done.")] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE metadata (repeatable) over the plan labels, in every run and check.json."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
+    ] = False,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
     The check writes its state as it goes; Ctrl-C or SIGTERM stop it at once (exit 130, no verdict),
     and --resume continues it, refusing if the plan changed.
     """
+    from specguard.check.dry_run import dry_run as plan_dry_run
+    from specguard.check.dry_run import render_dry_run
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
+    from specguard.check.requirements import plan_warnings
     from specguard.check.runner import run_check
     from specguard.embedded.launch import embedded_launcher
+    from specguard.loadgen.extras import parse_labels
 
     plan = load_plan(plan_path)
+    if label:
+        plan = plan.model_copy(update={"labels": {**plan.labels, **parse_labels(label)}})
+    if dry_run:
+        for line in render_dry_run(plan_dry_run(plan), [s.name for s in plan.sampling], len(plan.prompts)):
+            print(line)
+        raise typer.Exit(0)
+    for warning in plan_warnings(plan):
+        err.print(f"warning: {warning}", highlight=False)
     record = run_check(
         plan, plan_path, out, launcher=embedded_launcher, resume=resume, log=lambda m: err.print(m, highlight=False)
     )

@@ -204,3 +204,16 @@ def test_demo_out_is_a_file(cli: Cli, tmp_path: Path) -> None:
 
 def test_demo_unknown_option(cli: Cli) -> None:
     cli.fails(["demo", "--unknown-option"], USAGE, "No such option: --unknown-option")
+
+
+def test_dry_run_prints_the_sizing_and_sends_nothing(cli: Cli, tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "plan.yaml")
+    r = cli.ok(["check", plan, "--out", tmp_path / "out", "--dry-run"])
+    assert "nothing is sent" in r.stdout and "steady / greedy / prompts[0]" in r.stdout and "total:" in r.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_warns_when_the_plan_cannot_reach_go_before_any_traffic(cli: Cli, tmp_path: Path) -> None:
+    r = cli.invoke(["check", write_plan(tmp_path / "plan.yaml"), "--out", tmp_path / "out"])
+    warning = r.stderr.index("cannot reach GO")
+    assert warning < r.stderr.index("error:")  # printed before the run refused by the guard

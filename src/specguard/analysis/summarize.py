@@ -35,6 +35,8 @@ class ClientLagLimits(BaseModel):
 
     send_lag_p99_ms: float = 10.0
     event_loop_lag_p99_ms: float = 10.0
+    # Half the TTFT error the client is allowed (2 ms at p99) would already be spent at 1 ms; 5 ms is late by any reading.
+    read_lag_p99_ms: float = 5.0
 
 
 def _gauge(samples: Sequence[MetricsSample], name: str) -> GaugeSeries | None:
@@ -73,12 +75,15 @@ def summarize(
     interrupted: bool = False,
     incomplete: bool = False,
     loop_lags_s: Sequence[float] = (),
+    read_lags_s: Sequence[float] | None = None,
     stalls_s: Sequence[tuple[float, float]] | None = None,
     limits: ClientLagLimits | None = None,
     slo: Slo | None = None,
     gpu_samples: Sequence[GpuSample] = (),
 ) -> Summary:
-    """``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk).
+    """``read_lags_s``: the read probe's lags (loadgen/read_probe; None when it did not run).
+
+    ``stalls_s``: the client's stalls as the run saw them (None when unknown: a summary recomputed from disk).
 
     ``slo``: count goodput and SLO attainment against these, over the same window as the throughputs.
 
@@ -95,6 +100,7 @@ def summarize(
     sources = Counter(r.token_source for r in ok)
     send_lag = percentiles([r.send_lag_s for r in records], 1000.0)
     loop_lag = percentiles(loop_lags_s, 1000.0)
+    read_lag = percentiles(read_lags_s, 1000.0) if read_lags_s else None
     kinds = error_kinds(records)
     stalls = client_stalls(records, stalls_s) if stalls_s is not None else None
     gpu = gpu_usage(gpu_samples)
@@ -103,6 +109,7 @@ def summarize(
         *_scrape_warnings(scrape_gaps),
         *_token_source_warnings(sources),
         *_lag_warnings(send_lag, loop_lag, limits),
+        *_read_lag_warnings(read_lag, limits),
         *_stall_warnings(stalls, len(records)),
         *_run_warnings(interrupted, incomplete),
         *_error_warnings(len(records), errors, kinds),
@@ -127,6 +134,7 @@ def summarize(
         tokens_per_chunk=percentiles(timing.tokens_per_chunk),
         send_lag_ms=send_lag,
         event_loop_lag_ms=loop_lag,
+        read_lag_ms=read_lag,
         client_stalls=stalls,
         acceptance=server.acceptance,
         kv_cache_usage=_gauge(samples, "kv_cache_usage"),
@@ -214,6 +222,16 @@ def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLa
             "the client may be the bottleneck and its timestamps late"
         )
     return warnings
+
+
+def _read_lag_warnings(read_lag: Percentiles | None, limits: ClientLagLimits) -> list[str]:
+    if read_lag is None or read_lag.p99 is None or read_lag.p99 <= limits.read_lag_p99_ms:
+        return []
+    return [
+        f"client read-stamp lag p99 {read_lag.p99:.1f} ms exceeds {limits.read_lag_p99_ms:g} ms (worst "
+        f"{read_lag.max or read_lag.p99:.0f} ms): reads were stamped late, so TTFT and ITL carry the client's delay; the client "
+        "may be the bottleneck (give it its own core, or fewer streams)"
+    ]
 
 
 def _stall_warnings(stalls: ClientStalls | None, requests: int) -> list[str]:

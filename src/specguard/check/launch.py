@@ -20,6 +20,7 @@ class Launcher:
     serve_argv: list[str]
     env: dict[str, str]
     specs: dict[str, ServerSpec]  # launched arm name -> its spec; the runner sets the port
+    client_cpus: frozenset[int] | None = None  # the load generator's cores while a launched block runs; None: as it is
 
 
 LaunchResolver = Callable[[CheckPlan, Callable[[str], None]], Launcher]

@@ -7,15 +7,16 @@ in the plan: an endpoint arm names the environment variable that holds one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
-from specguard.errors import InputFileError
+from specguard.errors import InputFileError, OptionError
 from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.loadgen.datasets.load import source_problem
 from specguard.loadgen.datasets.options import PromptOptions
+from specguard.loadgen.extras import check_extra_body, is_secret_header, parse_headers
 from specguard.models_base import FiniteModel
 from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
@@ -44,11 +45,24 @@ class EndpointSpec(FiniteModel):
 class Arm(FiniteModel):
     launch: LaunchSpec | None = None
     endpoint: EndpointSpec | None = None
+    headers: dict[str, str] = Field(default_factory=dict, description="sent on every request of this arm")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="merged into every request body (e.g. chat_template_kwargs)"
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Arm:
         if (self.launch is None) == (self.endpoint is None):
             raise ValueError("an arm has exactly one of 'launch' or 'endpoint'")
+        # The plan is stored in check.json: a credential there would be written to disk.
+        secret = [k for k in self.headers if is_secret_header(k)]
+        if secret:
+            raise ValueError(f"headers: {', '.join(secret)} look like credentials; a plan is stored, use endpoint api_key_env")
+        try:
+            parse_headers([f"{k}:{v}" for k, v in self.headers.items()], "headers")
+            check_extra_body(self.extra_body, "extra_body")
+        except OptionError as exc:
+            raise ValueError(str(exc)) from exc
         return self
 
 
@@ -154,6 +168,7 @@ class CheckPlan(FiniteModel):
     guardrails: Guardrails = Guardrails()
     statistics: Statistics = Statistics()
     slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
+    labels: dict[str, str] = Field(default_factory=dict, description="metadata carried into every run.json and check.json")
 
     @model_validator(mode="after")
     def _names_unique_and_a_target(self) -> CheckPlan:

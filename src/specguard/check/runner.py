@@ -18,6 +18,7 @@ aside the interrupted block's partial runs, and refuses a changed plan.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from specguard.check.plan import Arm, CheckPlan
 from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
+from specguard.lifetime import set_cpus
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
@@ -203,7 +205,9 @@ def _run_launched_block(
         runtime_env=launch.env,
         startup_timeout_s=arm.launch.startup_timeout_s,
     )
+    previous_cpus = os.sched_getaffinity(0) if launch.client_cpus else None
     try:
+        set_cpus(set(launch.client_cpus or ()))  # the client off the server's cores (embedded/cpus.py)
         try:
             server.start()
             server.wait_ready()
@@ -223,6 +227,7 @@ def _run_launched_block(
         _run_block(resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server)
     finally:
         server.stop()
+        set_cpus(previous_cpus)
 
 
 def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int) -> None:
@@ -250,6 +255,7 @@ def _run_block(
     gpu_metrics_url: str | None = None,
 ) -> None:
     plan = resolved.plan
+    plan_arm: Arm = getattr(plan.arms, arm)
     for traffic in plan.traffic:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
@@ -269,6 +275,9 @@ def _run_block(
                     api_key=api_key,
                     default_max_tokens=plan.max_tokens,
                     slo=plan.slo,
+                    headers=plan_arm.headers,
+                    extra_body=plan_arm.extra_body,
+                    labels=plan.labels,
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:

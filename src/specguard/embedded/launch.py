@@ -7,10 +7,13 @@ depend on where the models are stored).
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterable
 
 from specguard.check.launch import Launcher
 from specguard.check.plan import CheckPlan, LaunchSpec
+from specguard.embedded.cpus import assign_cores
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import ensure_runtime
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
@@ -50,4 +53,11 @@ def embedded_launcher(plan: CheckPlan, log: Callable[[str], None]) -> Launcher:
     models = ensure_models(runtime) if uses_embedded(plan) else None
     arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
     specs = {name: server_spec_for(arm.launch, models, None) for name, arm in arms.items() if arm.launch is not None}
-    return Launcher(serve_argv=runtime.serve_argv, env=runtime.env, specs=specs)
+    if not uses_embedded(plan):
+        return Launcher(serve_argv=runtime.serve_argv, env=runtime.env, specs=specs)
+    # The embedded default: the CPU server and the client on cores of their own (embedded/cpus.py).
+    cores = assign_cores(os.sched_getaffinity(0))
+    log(f"cores: {cores.note}")
+    specs = {name: s.model_copy(update={"env": {**cores.server_env(), **s.env}}) for name, s in specs.items()}
+    argv = [*cores.server_prefix(shutil.which("taskset")), *runtime.serve_argv]
+    return Launcher(serve_argv=argv, env=runtime.env, specs=specs, client_cpus=cores.client)

@@ -31,6 +31,7 @@ from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.extras import merge_extra_body, stored_headers
 from specguard.loadgen.prompts import PromptSet
+from specguard.loadgen.read_probe import ReadLagProbe
 from specguard.loadgen.recorder import Recorder, RecordWritten
 from specguard.results.models import (
     GpuSample,
@@ -320,6 +321,7 @@ class _Measurement:
         self.scraper: ScraperProcess | None = None
         self.gpu_unavailable: str | None = None
         self.gc_was_enabled = False
+        self.read_probe: ReadLagProbe | None = None
 
     async def run(self) -> Summary:
         try:
@@ -390,11 +392,14 @@ class _Measurement:
     async def _dispatch(self) -> None:
         lag_task = asyncio.create_task(self.run_state.monitor_loop_lag())
         spin_task = asyncio.create_task(_busy_poll()) if self.cfg.busy_poll else None
+        self.read_probe = ReadLagProbe(self.run_state.t0)
+        await self.read_probe.start()
         self.progress.started(self.cfg.load.num_requests, self.cfg.load.duration_s)
         try:
             await self.run_state.dispatch(self.session)
         finally:
             lag_task.cancel()
+            self.read_probe.stop()
             if spin_task is not None:
                 spin_task.cancel()
 
@@ -432,7 +437,8 @@ class _Measurement:
             gpu_samples=gpu_samples,
             interrupted=self.interrupted,
             loop_lags_s=self.run_state.loop_lags,
-            stalls_s=self.run_state.stalls,
+            read_lags_s=self.read_probe.lags if self.read_probe is not None else None,
+            stalls_s=self._stalls(),
             limits=self.cfg.lag_limits,
             slo=self.cfg.slo,
         )
@@ -444,6 +450,17 @@ class _Measurement:
             )
         self._write_outputs(summary, len(records))
         return summary
+
+    def _stalls(self) -> list[tuple[float, float]]:
+        """The loop probe's stalls and the read probe's, one list: either means reads were stamped late then."""
+        read = self.read_probe.stalls if self.read_probe is not None else []
+        merged: list[tuple[float, float]] = []
+        for start, end in sorted([*self.run_state.stalls, *read]):
+            if merged and start <= merged[-1][1]:  # both probes saw the same stall
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        return merged
 
     def _stamp_end(self) -> None:
         self.info.finished_unix = time.time()

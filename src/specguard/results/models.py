@@ -270,6 +270,9 @@ class Summary(StrictModel):
     tokens_per_chunk: Percentiles
     send_lag_ms: Percentiles
     event_loop_lag_ms: Percentiles
+    read_lag_ms: Percentiles | None = Field(
+        default=None, description="from the kernel holding a probe's bytes to the client stamping them (loadgen/read_probe)"
+    )
     client_stalls: ClientStalls | None = None
     acceptance: Acceptance | None
     kv_cache_usage: GaugeSeries | None

@@ -48,3 +48,24 @@ def test_uses_embedded_sees_a_draft_name_too() -> None:
 
     assert uses_embedded(both(launched(model="/srv/m", speculative_config={"method": "draft_model", "model": "embedded:draft"})))
     assert not uses_embedded(both(launched(model="/srv/m")))
+
+
+def test_the_embedded_launcher_gives_server_and_client_their_own_cores(tmp_path: Path, monkeypatch) -> None:
+    import specguard.embedded.launch as launch_mod
+    from specguard.check.plan import load_plan
+    from specguard.demo import DEMO_PLAN
+    from specguard.embedded.runtime import VllmRuntime
+
+    runtime = VllmRuntime(
+        python=tmp_path / "py", vllm_version="0", version_source="t", serve_argv=["vllm", "serve"], console_script_ok=True
+    )
+    monkeypatch.setattr(launch_mod, "ensure_runtime", lambda log: runtime)
+    monkeypatch.setattr(launch_mod, "ensure_models", lambda rt: ModelSet(root=tmp_path, spec=ModelSetSpec()))
+    monkeypatch.setattr(launch_mod.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(launch_mod.shutil, "which", lambda name: "/usr/bin/taskset")
+    notes: list[str] = []
+    launcher = launch_mod.embedded_launcher(load_plan(DEMO_PLAN), notes.append)
+    assert launcher.client_cpus == {0}
+    assert launcher.serve_argv == ["/usr/bin/taskset", "-c", "1", "vllm", "serve"]
+    assert all(s.env["VLLM_CPU_OMP_THREADS_BIND"] == "1" for s in launcher.specs.values())
+    assert any("client on CPU 0" in n for n in notes)

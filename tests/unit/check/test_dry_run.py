@@ -1,0 +1,66 @@
+"""``check --dry-run``: requests per cell, totals and the time estimate, from the plan alone."""
+
+import pytest
+
+from specguard.check.dry_run import ASSUMED_ITL_MS, ASSUMED_TTFT_MS, dry_run, render_dry_run
+from specguard.check.plan import CheckPlan, load_plan
+from specguard.demo import DEMO_PLAN, demo_notes
+
+
+def plan(traffic: list[dict[str, object]], repetitions: int = 2, max_tokens: int = 10) -> CheckPlan:
+    return CheckPlan.model_validate(
+        {
+            "arms": {
+                "baseline": {"endpoint": {"base_url": "http://a:1", "model": "m"}},
+                "candidate": {"endpoint": {"base_url": "http://b:1", "model": "m"}},
+            },
+            "traffic": traffic,
+            "sampling": [{"name": "greedy", "temperature": 0}, {"name": "hot", "temperature": 1}],
+            "prompts": [{"source": "synthetic:short"}],
+            "repetitions": repetitions,
+            "max_tokens": max_tokens,
+        }
+    )
+
+
+def test_open_loop_time_is_requests_over_rate_and_totals_cover_both_arms():
+    d = dry_run(plan([{"name": "steady", "rate": 4, "num_requests": 40, "target": True}]))
+    request_s = (ASSUMED_TTFT_MS + 10 * ASSUMED_ITL_MS) / 1000
+    (lv,) = d.levels
+    assert lv.per_run == 40 and lv.planned == 80
+    assert lv.run_s == pytest.approx(40 / 4 + request_s)
+    # 2 arms x 2 repetitions x 2 sampling settings x 1 prompt source runs of 40 requests each
+    assert d.total_requests == 2 * 2 * 2 * 40
+    assert d.total_s == pytest.approx(8 * lv.run_s)
+
+
+def test_closed_loop_uses_the_stated_assumption_and_duration_only_is_unknown_count():
+    d = dry_run(
+        plan(
+            [
+                {"name": "c", "concurrency": 4, "num_requests": 10, "target": True},
+                {"name": "long", "concurrency": 2, "duration_s": 30},
+            ]
+        )
+    )
+    c, long = d.levels
+    assert c.assumed and c.run_s == pytest.approx(3 * d.assumed_request_s)  # ceil(10 / 4) waves
+    assert long.per_run is None and long.run_s == 30 and d.total_requests is None
+    lines = render_dry_run(d, ["greedy", "hot"], 1)
+    assert any("assume" in ln and f"{ASSUMED_ITL_MS:g} ms ITL" in ln for ln in lines)
+    assert any(ln.startswith("total: unknown") for ln in lines)
+
+
+def test_one_line_per_cell_with_needs_and_short_levels_flagged():
+    d = dry_run(plan([{"name": "steady", "rate": 4, "num_requests": 40, "target": True}]))
+    lines = render_dry_run(d, ["greedy", "hot"], 1)
+    cells = [ln for ln in lines if ln.startswith("  steady / ")]
+    assert len(cells) == 2 and all("P99 TTFT 500" in ln and "too few for GO" in ln for ln in cells)
+    assert any(ln.startswith("warning:") and "cannot reach GO" in ln for ln in lines)
+
+
+def test_the_demo_says_it_is_sized_to_show_the_tool():
+    notes = demo_notes()
+    assert "not to reach GO" in notes[0]
+    assert any("cannot reach GO" in n for n in notes[1:])
+    assert dry_run(load_plan(DEMO_PLAN)).warnings
