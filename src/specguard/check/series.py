@@ -26,7 +26,7 @@ def _cell_runs(plan: CheckPlan, d: CheckDir, arm: str, traffic: str, sampling: s
 
 
 def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSeries]:
-    order = {t.name: t.offered_load for t in plan.traffic}
+    order = {t.name: t.offered_load for t in plan.levels}
     out = []
     for sampling, segment in sorted({(c.sampling, c.segment) for c in cells}):
         group = sorted((c for c in cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
@@ -55,7 +55,7 @@ def distributions(plan: CheckPlan, d: CheckDir, target: str) -> list[ArmDistribu
 def acceptance(plan: CheckPlan, d: CheckDir) -> list[AcceptanceBars]:
     """The candidate's per-position acceptance, the mean over its runs, per traffic level x sampling setting."""
     out = []
-    for t in plan.traffic:
+    for t in plan.levels:
         for s in plan.sampling:
             per_pos: list[list[float]] = []
             for run in _cell_runs(plan, d, "candidate", t.name, s.name):
@@ -111,7 +111,7 @@ def gpu_panels(plan: CheckPlan, d: CheckDir, target: str) -> list[GpuPanel]:
 
 def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Charts:
     d = CheckDir(out)
-    target = next(t for t in plan.traffic if t.target).name
+    target = next(t for t in plan.levels if t.target).name
     return Charts(
         objective_title=f"{plan.objective.percentile} {plan.objective.metric}",
         load_series=load_series(plan, cells),
