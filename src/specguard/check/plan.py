@@ -7,9 +7,10 @@ in the plan: an endpoint arm names the environment variable that holds one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, ValidatorFunctionWrapHandler, model_validator
+from pydantic_core import InitErrorDetails
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.check.sweep import SweepLevel, SweepSpec, TrafficSweep, sweep_levels
@@ -161,11 +162,23 @@ class Statistics(FiniteModel):
     min_tail_samples: int = Field(default=MIN_TAIL_SAMPLES, ge=1, description="observations beyond a percentile before it counts")
 
 
+def _traffic_form(v: Any) -> str:
+    return "sweep" if isinstance(v, dict) else "levels"
+
+
+# The two forms of ``traffic:``, told apart by shape; their tags are taken out of error locations again
+# (``CheckPlan._untag``) so that an error names the key as written: traffic.0.rate, traffic.sweep.rates.
+Traffic = Annotated[
+    Annotated[list[TrafficLevel], Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")], Discriminator(_traffic_form)
+]
+_TAGS = ("levels", "sweep")
+
+
 class CheckPlan(FiniteModel):
     name: str = "check"
     arms: Arms
     order: Literal["interleaved", "blocked"] = "interleaved"
-    traffic: list[TrafficLevel] | TrafficSweep = Field(
+    traffic: Traffic = Field(
         description="a list of levels, or {sweep: {...}}: rates chosen while the check runs (check/sweep.py)"
     )
     sampling: list[SamplingSetting] = Field(min_length=1)
@@ -179,6 +192,21 @@ class CheckPlan(FiniteModel):
     guardrails: Guardrails = Guardrails()
     statistics: Statistics = Statistics()
     slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _untag(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> CheckPlan:
+        try:
+            plan: CheckPlan = handler(data)
+        except ValidationError as e:
+            errors = []
+            for err in e.errors():
+                loc = err["loc"]
+                if len(loc) > 1 and loc[0] == "traffic" and loc[1] in _TAGS:
+                    loc = (loc[0], *loc[2:])
+                errors.append(InitErrorDetails(type=err["type"], loc=loc, input=err["input"], ctx=err.get("ctx", {})))
+            raise ValidationError.from_exception_data(e.title, errors) from None
+        return plan
 
     @property
     def levels(self) -> list[TrafficLevel]:
