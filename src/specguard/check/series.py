@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis.compare import metric_values
+from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.check.plan import CheckPlan
 from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, GpuPanel, GpuTrace, LoadSeries
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.store import load_gpu_samples, load_run, load_summary
-from specguard.verdict import CellComparison
+from specguard.verdict import CellComparison, crossover_brackets
 
 MAX_ITL_POINTS = 20000  # a box plot of more per-token values only makes the page heavier
 
@@ -32,9 +33,19 @@ def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSe
         group = sorted((c for c in cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
         x = [f"{c.traffic} ({order[c.traffic]:g})" for c in group]
         for arm in ARMS:
-            objective = [getattr(c.objective, arm) for c in group]
-            p99_e2e = [getattr(c.p99_e2e, arm) for c in group]
-            out.append(LoadSeries(arm=arm, sampling=sampling, segment=segment, x=x, objective=objective, p99_e2e=p99_e2e))
+            out.append(
+                LoadSeries(
+                    arm=arm,
+                    sampling=sampling,
+                    segment=segment,
+                    x=x,
+                    objective=[getattr(c.objective, arm) for c in group],
+                    p99_e2e=[getattr(c.p99_e2e, arm) for c in group],
+                    load=[order[c.traffic] for c in group],
+                    objective_ci=[getattr(c.objective, f"{arm}_ci") for c in group],
+                    p99_e2e_ci=[getattr(c.p99_e2e, f"{arm}_ci") for c in group],
+                )
+            )
     return out
 
 
@@ -120,4 +131,5 @@ def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Chart
         acceptance=acceptance(plan, d),
         gauges=gauges(plan, d, target),
         gpu=gpu_panels(plan, d, target),
+        crossovers=crossover_brackets(cells, plan.objective.metric in HIGHER_IS_BETTER),
     )
