@@ -30,7 +30,7 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
 
 def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
     cells: list[CellComparison] = []
-    for traffic in plan.traffic:
+    for traffic in plan.levels:
         for sampling in plan.sampling:
             for i in range(len(plan.prompts)):
                 key = cell_key(traffic.name, sampling.name, i)
@@ -133,7 +133,7 @@ def one_arm_cells(plan: CheckPlan, out: Path) -> list[OneArmCell]:
     The segment is the prompt source's segments as its runs name them, or the source itself when none does.
     """
     found: list[OneArmCell] = []
-    for traffic in plan.traffic:
+    for traffic in plan.levels:
         for sampling in plan.sampling:
             for i, source in enumerate(plan.prompts):
                 key = cell_key(traffic.name, sampling.name, i)

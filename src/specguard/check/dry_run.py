@@ -75,7 +75,7 @@ def dry_run(plan: CheckPlan) -> DryRun:
     request_s = (ASSUMED_TTFT_MS + plan.max_tokens * ASSUMED_ITL_MS) / 1000
     cells = len(plan.sampling) * len(plan.prompts)
     levels = []
-    for t, req in zip(plan.traffic, plan_requirements(plan), strict=True):
+    for t, req in zip(plan.levels, plan_requirements(plan), strict=True):
         per_run = _per_run(t)
         run_s, assumed = _run_seconds(t, per_run, request_s)
         levels.append(

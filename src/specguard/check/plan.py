@@ -7,11 +7,13 @@ in the plan: an endpoint arm names the environment variable that holds one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, ValidatorFunctionWrapHandler, model_validator
+from pydantic_core import InitErrorDetails
 
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, MIN_RESAMPLES, MIN_TAIL_SAMPLES
+from specguard.check.sweep import SweepLevel, SweepSpec, TrafficSweep, sweep_levels
 from specguard.errors import InputFileError, OptionError
 from specguard.loadgen.arrivals import PLAN_KEYS, load_shape_from_options
 from specguard.loadgen.datasets.load import source_problem
@@ -107,6 +109,28 @@ class TrafficLevel(FiniteModel):
         return self
 
 
+class SweptLevel(TrafficLevel):
+    """A level a sweep chose (see ``check.sweep``): ordered by requests/s, a probe's as the baseline measured it."""
+
+    load_rps: float | None = None
+
+    @property
+    def offered_load(self) -> float:
+        return self.load_rps if self.load_rps is not None else super().offered_load
+
+
+def swept_level(lv: SweepLevel) -> SweptLevel:
+    return SweptLevel(
+        name=lv.name,
+        rate=lv.rate,
+        concurrency=lv.concurrency,
+        arrival=lv.arrival,
+        num_requests=lv.num_requests,
+        target=lv.target,
+        load_rps=lv.load_rps,
+    )
+
+
 class SamplingSetting(FiniteModel):
     name: str
     temperature: float = Field(ge=0)
@@ -152,11 +176,25 @@ class Statistics(FiniteModel):
     min_tail_samples: int = Field(default=MIN_TAIL_SAMPLES, ge=1, description="observations beyond a percentile before it counts")
 
 
+def _traffic_form(v: Any) -> str:
+    return "sweep" if isinstance(v, dict) else "levels"
+
+
+# The two forms of ``traffic:``, told apart by shape; their tags are taken out of error locations again
+# (``CheckPlan._untag``) so that an error names the key as written: traffic.0.rate, traffic.sweep.rates.
+Traffic = Annotated[
+    Annotated[list[TrafficLevel], Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")], Discriminator(_traffic_form)
+]
+_TAGS = ("levels", "sweep")
+
+
 class CheckPlan(FiniteModel):
     name: str = "check"
     arms: Arms
     order: Literal["interleaved", "blocked"] = "interleaved"
-    traffic: list[TrafficLevel] = Field(min_length=1)
+    traffic: Traffic = Field(
+        description="a list of levels, or {sweep: {...}}: rates chosen while the check runs (check/sweep.py)"
+    )
     sampling: list[SamplingSetting] = Field(min_length=1)
     prompts: list[PromptSource] = Field(min_length=1)
     repetitions: int = Field(default=3, ge=1)
@@ -170,14 +208,46 @@ class CheckPlan(FiniteModel):
     slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
     labels: dict[str, str] = Field(default_factory=dict, description="metadata carried into every run.json and check.json")
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _untag(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> CheckPlan:
+        try:
+            plan: CheckPlan = handler(data)
+        except ValidationError as e:
+            errors = []
+            for err in e.errors():
+                loc = err["loc"]
+                if len(loc) > 1 and loc[0] == "traffic" and loc[1] in _TAGS:
+                    loc = (loc[0], *loc[2:])
+                errors.append(InitErrorDetails(type=err["type"], loc=loc, input=err["input"], ctx=err.get("ctx", {})))
+            raise ValidationError.from_exception_data(e.title, errors) from None
+        return plan
+
+    @property
+    def levels(self) -> list[TrafficLevel]:
+        """The traffic levels: the list, or a sweep's known before it runs (its probes); ``with_levels`` sets them."""
+        if isinstance(self.traffic, TrafficSweep):
+            return [swept_level(lv) for lv in sweep_levels(None, self.traffic.sweep)]
+        return self.traffic
+
+    @property
+    def sweep(self) -> SweepSpec | None:
+        return self.traffic.sweep if isinstance(self.traffic, TrafficSweep) else None
+
+    def with_levels(self, levels: list[SweepLevel]) -> CheckPlan:
+        """This plan with a sweep's chosen levels as its list: what the verdict and the report read."""
+        return self.model_copy(update={"traffic": [swept_level(lv) for lv in levels]})
+
     @model_validator(mode="after")
     def _names_unique_and_a_target(self) -> CheckPlan:
-        for kind, names in (("traffic", [t.name for t in self.traffic]), ("sampling", [s.name for s in self.sampling])):
+        if isinstance(self.traffic, list) and not self.traffic:
+            raise ValueError("traffic: give at least one level, or {sweep: {...}}")
+        for kind, names in (("traffic", [t.name for t in self.levels]), ("sampling", [s.name for s in self.sampling])):
             if len(set(names)) != len(names):
                 raise ValueError(f"{kind} names must be unique (got {names})")
         if self.objective.metric == "goodput" and self.slo is None:
             raise ValueError("objective metric goodput needs 'slo:' (for example slo: {ttft_ms: 500, itl_ms: 50})")
-        if not any(t.target for t in self.traffic):
+        if not any(t.target for t in self.levels):
             raise ValueError("mark at least one traffic level 'target: true' (where the objective must improve)")
         return self
 

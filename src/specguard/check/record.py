@@ -6,13 +6,19 @@ from pydantic import BaseModel, Field
 
 from specguard import __version__
 from specguard.check.plan import CheckPlan
+from specguard.check.sweep import SweepRecord
 from specguard.inventory.arm import ArmInventory
 from specguard.verdict import Failure
 
-__all__ = ["ArmInventory", "CheckRecord", "CheckState"]
+__all__ = ["ArmInventory", "CheckRecord", "CheckState", "block_name"]
 
 CHECK_SCHEMA = "specguard.check/1"
 STATE_SCHEMA = "specguard.check_state/1"
+
+
+def block_name(rep: int, arm: str, stage: str | None = None) -> str:
+    """'ARM repN', or a sweep stage's 'STAGE ARM repN' (the sweep's stages each run every block)."""
+    return f"{stage + ' ' if stage else ''}{arm} rep{rep}"
 
 
 class CheckRecord(BaseModel):
@@ -25,6 +31,12 @@ class CheckRecord(BaseModel):
     plan_sha256: str | None = Field(default=None, description="the validated plan and its prompts' content")
     inventory: dict[str, ArmInventory]
     failures: list[Failure]
+    sweep: SweepRecord | None = Field(default=None, description="a sweep's stages: the rates chosen and why")
+
+    @property
+    def measured_plan(self) -> CheckPlan:
+        """The plan with the levels it measured: a sweep's chosen ones, or the plan's own list."""
+        return self.plan.with_levels(self.sweep.levels) if self.sweep is not None else self.plan
 
 
 class CheckState(BaseModel):
@@ -32,15 +44,17 @@ class CheckState(BaseModel):
 
     schema_version: str = STATE_SCHEMA
     plan_sha256: str
-    blocks: list[str] = Field(description="every block of the plan, in run order ('ARM repN')")
+    blocks: list[str] = Field(description="every block of the plan, in run order ('ARM repN'; a sweep's 'STAGE ARM repN')")
     done: list[str] = Field(default_factory=list)
     inventory: dict[str, ArmInventory] = Field(default_factory=dict)
     failures: list[Failure] = Field(default_factory=list)
+    sweep: SweepRecord | None = Field(default=None, description="a sweep's stages so far; blocks grow with them")
 
     @property
     def complete(self) -> bool:
-        return set(self.blocks) <= set(self.done)
+        return set(self.blocks) <= set(self.done) and (self.sweep is None or self.sweep.finished)
 
     @property
     def missing(self) -> list[str]:
-        return [b for b in self.blocks if b not in self.done]
+        unfinished = ["sweep (its later stages not yet chosen)"] if self.sweep is not None and not self.sweep.finished else []
+        return [b for b in self.blocks if b not in self.done] + unfinished

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
-from specguard.check.record import ArmInventory, CheckRecord, CheckState
+from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
@@ -50,12 +50,13 @@ def missing_runs(record: CheckRecord, out: Path) -> list[str]:
     missing: list[str] = []
     if d.state_json.exists():
         missing += [f"block {b}" for b in read_json(d.state_json, CheckState).missing]
-    plan = record.plan
+    plan = record.measured_plan
+    stage_of = {lv.name: st.name for st in record.sweep.stages for lv in st.levels} if record.sweep else {}
     for rep in range(1, plan.repetitions + 1):
         for arm in ARMS:
-            if f"block {arm} rep{rep}" in missing:
-                continue
-            for t in plan.traffic:
+            for t in plan.levels:
+                if f"block {block_name(rep, arm, stage_of.get(t.name))}" in missing:
+                    continue
                 for smp in plan.sampling:
                     for i in range(len(plan.prompts)):
                         key = cell_key(t.name, smp.name, i)
@@ -97,7 +98,7 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
 
 def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     """verdict.json of a complete check, decided from its stored runs."""
-    plan = record.plan
+    plan = record.measured_plan
     cells = cell_comparisons(plan, out)
     verdict = decide(cells, plan.objective, plan.guardrails, record.failures, one_arm_cells(plan, out))
     inventory = observed_inventory(record, out)
@@ -122,7 +123,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
 def build_report_data(record: CheckRecord, out: Path) -> ReportData:
     """Everything the report shows: the verdict and the chart series, gathered once from the stored runs."""
     v = build_verdict(record, out)
-    return ReportData(verdict=v, charts=charts(record.plan, out, v.cells), out=str(out))
+    return ReportData(verdict=v, charts=charts(record.measured_plan, out, v.cells), out=str(out))
 
 
 def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:

@@ -52,7 +52,7 @@ def plan_requirements(plan: CheckPlan) -> list[CellRequirement]:
             objective=objective,
             guardrails={"P99 E2E": p99, "P99 TTFT": p99},
         )
-        for t in plan.traffic
+        for t in plan.levels
     ]
 
 

@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from specguard.analysis.definitions import HIGHER_IS_BETTER
+from specguard.check.aggregate import cell_comparisons
 from specguard.check.launch import Launcher, LaunchResolver
-from specguard.check.plan import Arm, CheckPlan
-from specguard.check.record import ArmInventory, CheckRecord, CheckState
+from specguard.check.plan import Arm, CheckPlan, TrafficLevel
+from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
+from specguard.check.sweep import SweepRecord, SweepSpec, SweepStage, next_stage
 from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.lifetime import set_cpus
@@ -34,10 +37,11 @@ from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
-from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
+from specguard.results.store import REQUESTS_FILE, load_summary, read_json, read_jsonl, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server
 from specguard.validation import api_key_from_env
 from specguard.verdict import Failure
+from specguard.verdict.decide import cell_status
 from specguard.vllm.process import ManagedServer, ServerStartError, free_port, log_tail
 from specguard.vllm.server_spec import redact_argv
 from specguard.vllm.urls import server_root
@@ -97,10 +101,6 @@ def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
     return [(r, arm) for arm in ARMS for r in reps]
 
 
-def block_name(rep: int, arm: str) -> str:
-    return f"{arm} rep{rep}"
-
-
 def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState:
     """A new check's state in a new directory, or, with ``resume``, the state of the same plan's interrupted check."""
     if not resume:
@@ -109,6 +109,8 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
                 f"--out {d.root}: already exists and is not empty; choose a new directory, or pass "
                 "--resume to continue the check stored there"
             )
+        if resolved.plan.sweep is not None:  # blocks grow as the sweep chooses its stages
+            return CheckState(plan_sha256=resolved.sha256, blocks=[], sweep=SweepRecord())
         return CheckState(plan_sha256=resolved.sha256, blocks=[block_name(r, a) for r, a in blocks(resolved.plan)])
     if not d.state_json.exists():
         raise UsageError(f"--resume: {d.root} holds no check state ({d.state_json.name}); nothing to resume")
@@ -137,48 +139,150 @@ def run_check(
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
-    record = CheckRecord(
-        plan_path=str(plan_path), plan=plan, plan_sha256=state.plan_sha256, inventory=state.inventory, failures=state.failures
-    )
-    write_json_atomic(d.check_json, record)
-    write_json_atomic(d.state_json, state)
-    todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm) not in state.done]
+    run = _Run(resolved, d, state, launcher, log)
+    run.save()
     if resume:
-        log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(todo)} to run")
-    arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
+        log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(state.missing)} to run or choose")
+    if plan.sweep is None:
+        run.stage(None, plan.levels)
+    else:
+        _run_sweep(run, plan.sweep)
+    return run.record
+
+
+@dataclass
+class _Run:
+    """One check being run: its state, written after every block, and the launcher asked for once."""
+
+    resolved: ResolvedPlan
+    d: CheckDir
+    state: CheckState
+    launcher: LaunchResolver
+    log: Callable[[str], None]
     launch: Launcher | None = None
-    if todo and any(arms[a].launch is not None for _, a in todo):
-        launch = launcher(plan, log)
-    port = free_port()
-    for rep, arm_name in todo:
-        _set_aside_partial_runs(d, arm_name, rep, log)
-        log(f"block: repetition {rep}, {arm_name}")
-        arm = arms[arm_name]
-        try:
-            if arm.launch is not None:
-                assert launch is not None
-                _run_launched_block(resolved, d, state, arm, arm_name, rep, launch, arm.launch.port or port)
-            else:
-                _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
-        except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
-            raise Interrupted(interrupted_message(resolved, d, rep, arm_name)) from exc
-        state.done.append(block_name(rep, arm_name))
-        write_json_atomic(d.state_json, state)
-        record = record.model_copy(update={"inventory": state.inventory, "failures": state.failures})
-        write_json_atomic(d.check_json, record)
-    return record
+    port: int = 0
+
+    @property
+    def record(self) -> CheckRecord:
+        s = self.state
+        return CheckRecord(
+            plan_path=str(self.resolved.plan_path),
+            plan=self.resolved.plan,
+            plan_sha256=s.plan_sha256,
+            inventory=s.inventory,
+            failures=s.failures,
+            sweep=s.sweep,
+        )
+
+    def save(self) -> None:
+        write_json_atomic(self.d.state_json, self.state)
+        write_json_atomic(self.d.check_json, self.record)
+
+    def stage(self, stage: str | None, levels: list[TrafficLevel]) -> None:
+        """Every block of a stage (a list plan's one stage: None) not yet done, over ``levels``."""
+        plan, state, d = self.resolved.plan, self.state, self.d
+        todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm, stage) not in state.done]
+        arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
+        if self.launch is None and any(arms[a].launch is not None for _, a in todo):
+            self.launch = self.launcher(plan, self.log)
+        if not self.port:
+            self.port = free_port()
+        for rep, arm_name in todo:
+            name = block_name(rep, arm_name, stage)
+            keys = None if stage is None else _cell_keys(plan, levels)
+            _set_aside_partial_runs(d, arm_name, rep, self.log, keys)
+            self.log(f"block: {'' if stage is None else stage + ', '}repetition {rep}, {arm_name}")
+            arm = arms[arm_name]
+            try:
+                if arm.launch is not None:
+                    assert self.launch is not None
+                    port = arm.launch.port or self.port
+                    _run_launched_block(self.resolved, d, state, arm, arm_name, rep, self.launch, port, levels, name)
+                else:
+                    _run_endpoint_block(self.resolved, d, state, arm, arm_name, rep, levels, name)
+            except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
+                raise Interrupted(interrupted_message(self.resolved, d, name)) from exc
+            state.done.append(name)
+            self.save()
 
 
-def interrupted_message(resolved: ResolvedPlan, d: CheckDir, rep: int, arm: str) -> str:
+def _cell_keys(plan: CheckPlan, levels: list[TrafficLevel]) -> list[str]:
+    return [cell_key(t.name, s.name, i) for t in levels for s in plan.sampling for i in range(len(plan.prompts))]
+
+
+def _run_sweep(run: _Run, spec: SweepSpec) -> None:
+    """Measure the stages chosen so far (a resumed check: those not done), then choose and measure the next."""
+    sweep = run.state.sweep
+    assert sweep is not None
+    plan = run.resolved.plan
+    while True:
+        for st in sweep.stages:
+            run.stage(st.name, plan.with_levels(st.levels).levels)
+            if st.name == "probe":
+                _fill_probe_rates(run, st)
+        if sweep.finished:
+            return
+        paid = _paid(plan, sweep, run.d.root) if any(s.name == "rates" for s in sweep.stages) else {}
+        nxt = next_stage(spec, sweep, paid)
+        if isinstance(nxt, str):
+            sweep.finished, sweep.note = True, nxt
+            run.log(f"sweep: {nxt}")
+        else:
+            sweep.stages.append(nxt)
+            run.state.blocks += [block_name(r, a, nxt.name) for r, a in blocks(plan)]
+            run.log(f"sweep stage {nxt.name}: {nxt.reason}")
+        run.save()
+
+
+def _fill_probe_rates(run: _Run, probe: SweepStage) -> None:
+    """A probe's requests/s as the baseline reached it: the mean over its runs (every cell, every repetition)."""
+    plan, d = run.resolved.plan, run.d
+    if all(lv.load_rps is not None for lv in probe.levels):
+        return
+    for lv in probe.levels:
+        if lv.load_rps is not None:
+            continue
+        keys = [cell_key(lv.name, s.name, i) for s in plan.sampling for i in range(len(plan.prompts))]
+        rates = [load_summary(r).request_rate for k in keys for r in d.measured_runs("baseline", k, plan.repetitions)]
+        if not rates or max(rates) <= 0:
+            raise CheckRuntimeError(f"sweep: the baseline completed no request at the '{lv.name}' probe; no rate to sweep")
+        lv.load_rps = sum(rates) / len(rates)
+    probe.reason += "; measured: " + ", ".join(f"{lv.name} {lv.load_rps:.3g} requests/s" for lv in probe.levels)
+    run.save()
+
+
+def _paid(plan: CheckPlan, sweep: SweepRecord, out: Path) -> dict[str, bool]:
+    """Per measured level: did speculation pay there, its objective better in every sampling x segment cell?"""
+    higher = plan.objective.metric in HIGHER_IS_BETTER
+    cells = cell_comparisons(plan.with_levels(sweep.levels), out)
+    paid: dict[str, bool] = {}
+    for c in cells:
+        paid[c.traffic] = paid.get(c.traffic, True) and cell_status(c, higher) == "better"
+    return paid
+
+
+def interrupted_message(resolved: ResolvedPlan, d: CheckDir, block: str) -> str:
     return (
-        f"interrupted in the {block_name(rep, arm)} block; no verdict. Continue with: "
+        f"interrupted in the {block} block; no verdict. Continue with: "
         f"specguard check {resolved.plan_path} --out {d.root} --resume"
     )
 
 
-def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None]) -> None:
-    """An interrupted block's runs are kept, out of the way: never reused, never overwritten."""
+def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None], keys: list[str] | None) -> None:
+    """An interrupted block's runs are kept, out of the way: never reused, never overwritten.
+
+    A sweep stage's block shares its directory with earlier stages: only its own cells (``keys``) move.
+    """
     block = d.block_dir(arm, rep)
+    if keys is not None:
+        partial = [d.run_dir(arm, rep, k) for k in keys if d.run_dir(arm, rep, k).exists()]
+        if partial:
+            target = d.interrupted_block_dir(arm, rep)
+            target.mkdir(parents=True, exist_ok=True)
+            for run in partial:
+                run.rename(target / run.name)
+            log(f"the interrupted block's partial runs ({arm} rep{rep}) are kept in {target}; running it again")
+        return
     if block.exists() and any(block.iterdir()):
         target = d.interrupted_block_dir(arm, rep)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +299,8 @@ def _run_launched_block(
     rep: int,
     launch: Launcher,
     port: int,
+    levels: list[TrafficLevel],
+    block: str,
 ) -> None:
     assert arm.launch is not None
     spec = launch.specs[arm_name].model_copy(update={"port": port})
@@ -224,13 +330,23 @@ def _run_launched_block(
                 command=redact_argv(server.argv),
                 pinned=pinned,
             )
-        _run_block(resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server)
+        where = (server.base_url, spec.name, server.metrics_url, None)
+        _run_block(resolved, d, state, arm_name, rep, where, levels, block, server)
     finally:
         server.stop()
         set_cpus(previous_cpus)
 
 
-def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int) -> None:
+def _run_endpoint_block(
+    resolved: ResolvedPlan,
+    d: CheckDir,
+    state: CheckState,
+    arm: Arm,
+    arm_name: str,
+    rep: int,
+    levels: list[TrafficLevel],
+    block: str,
+) -> None:
     ep = arm.endpoint
     assert ep is not None
     api_key = resolved.api_keys[arm_name]
@@ -238,7 +354,8 @@ def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, 
         pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
         state.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
     metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
-    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None, ep.gpu_metrics_url)
+    where = (ep.base_url, ep.model, metrics, api_key)
+    _run_block(resolved, d, state, arm_name, rep, where, levels, block, None, ep.gpu_metrics_url)
 
 
 def _run_block(
@@ -247,16 +364,17 @@ def _run_block(
     state: CheckState,
     arm: str,
     rep: int,
-    base_url: str,
-    model: str,
-    metrics_url: str,
-    api_key: str | None,
+    where: tuple[str, str, str, str | None],
+    levels: list[TrafficLevel],
+    block: str,
     server: ManagedServer | None,
     gpu_metrics_url: str | None = None,
 ) -> None:
+    """One block: every level x sampling setting x prompt source; ``where`` is (base URL, model, metrics URL, key)."""
     plan = resolved.plan
     plan_arm: Arm = getattr(plan.arms, arm)
-    for traffic in plan.traffic:
+    base_url, model, metrics_url, api_key = where
+    for traffic in levels:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
                 run_dir = d.run_dir(arm, rep, cell_key(traffic.name, sampling.name, i))
@@ -281,7 +399,7 @@ def _run_block(
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
-                    raise Interrupted(interrupted_message(resolved, d, rep, arm))
+                    raise Interrupted(interrupted_message(resolved, d, block))
                 oom = [
                     r.error
                     for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis.compare import metric_values
+from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.check.plan import CheckPlan
 from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, GpuPanel, GpuTrace, LoadSeries
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.store import load_gpu_samples, load_run, load_summary
-from specguard.verdict import CellComparison
+from specguard.verdict import CellComparison, crossover_brackets
 
 MAX_ITL_POINTS = 20000  # a box plot of more per-token values only makes the page heavier
 
@@ -26,15 +27,25 @@ def _cell_runs(plan: CheckPlan, d: CheckDir, arm: str, traffic: str, sampling: s
 
 
 def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSeries]:
-    order = {t.name: t.offered_load for t in plan.traffic}
+    order = {t.name: t.offered_load for t in plan.levels}
     out = []
     for sampling, segment in sorted({(c.sampling, c.segment) for c in cells}):
         group = sorted((c for c in cells if (c.sampling, c.segment) == (sampling, segment)), key=lambda c: order[c.traffic])
         x = [f"{c.traffic} ({order[c.traffic]:g})" for c in group]
         for arm in ARMS:
-            objective = [getattr(c.objective, arm) for c in group]
-            p99_e2e = [getattr(c.p99_e2e, arm) for c in group]
-            out.append(LoadSeries(arm=arm, sampling=sampling, segment=segment, x=x, objective=objective, p99_e2e=p99_e2e))
+            out.append(
+                LoadSeries(
+                    arm=arm,
+                    sampling=sampling,
+                    segment=segment,
+                    x=x,
+                    objective=[getattr(c.objective, arm) for c in group],
+                    p99_e2e=[getattr(c.p99_e2e, arm) for c in group],
+                    load=[order[c.traffic] for c in group],
+                    objective_ci=[getattr(c.objective, f"{arm}_ci") for c in group],
+                    p99_e2e_ci=[getattr(c.p99_e2e, f"{arm}_ci") for c in group],
+                )
+            )
     return out
 
 
@@ -55,7 +66,7 @@ def distributions(plan: CheckPlan, d: CheckDir, target: str) -> list[ArmDistribu
 def acceptance(plan: CheckPlan, d: CheckDir) -> list[AcceptanceBars]:
     """The candidate's per-position acceptance, the mean over its runs, per traffic level x sampling setting."""
     out = []
-    for t in plan.traffic:
+    for t in plan.levels:
         for s in plan.sampling:
             per_pos: list[list[float]] = []
             for run in _cell_runs(plan, d, "candidate", t.name, s.name):
@@ -111,7 +122,7 @@ def gpu_panels(plan: CheckPlan, d: CheckDir, target: str) -> list[GpuPanel]:
 
 def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Charts:
     d = CheckDir(out)
-    target = next(t for t in plan.traffic if t.target).name
+    target = next(t for t in plan.levels if t.target).name
     return Charts(
         objective_title=f"{plan.objective.percentile} {plan.objective.metric}",
         load_series=load_series(plan, cells),
@@ -120,4 +131,5 @@ def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Chart
         acceptance=acceptance(plan, d),
         gauges=gauges(plan, d, target),
         gpu=gpu_panels(plan, d, target),
+        crossovers=crossover_brackets(cells, plan.objective.metric in HIGHER_IS_BETTER),
     )

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
-from specguard.verdict import CellComparison, CellLine, Reason, VerdictName
+from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 
 VERDICT_SCHEMA = "specguard.verdict/1"
 
@@ -46,6 +46,10 @@ class LoadSeries(BaseModel):
     x: list[str]
     objective: list[float]
     p99_e2e: list[float]
+    load: list[float] = Field(default_factory=list, description="offered load of each point, the chart's x")
+    # each point's 95% interval (the arm's own bootstrap interval of that percentile)
+    objective_ci: list[tuple[float, float]] = Field(default_factory=list)
+    p99_e2e_ci: list[tuple[float, float]] = Field(default_factory=list)
 
 
 class ArmDistribution(BaseModel):
@@ -94,6 +98,7 @@ class Charts(BaseModel):
     acceptance: list[AcceptanceBars]
     gauges: list[GaugeTrace]
     gpu: list[GpuPanel] = Field(default_factory=list)
+    crossovers: list[Crossover] = Field(default_factory=list, description="marked on the latency-versus-load chart")
 
 
 class ReportData(BaseModel):

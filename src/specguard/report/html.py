@@ -7,6 +7,7 @@ canary's report (canary_html.py), so both pages embed plotly the same way.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import jinja2
@@ -37,14 +38,42 @@ def render_page(template: str, **context: object) -> str:
     return env.get_template(template).render(plotly_js=get_plotlyjs(), **context)
 
 
+def _error_bars(values: list[float], ci: list[tuple[float, float]]) -> dict[str, object] | None:
+    """Asymmetric error bars from each point's interval; None when the series has none (older report data)."""
+    if len(ci) != len(values):
+        return None
+    up = [max(hi - v, 0.0) if math.isfinite(hi) else 0.0 for v, (_, hi) in zip(values, ci, strict=True)]
+    down = [max(v - lo, 0.0) if math.isfinite(lo) else 0.0 for v, (lo, _) in zip(values, ci, strict=True)]
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "thickness": 1}
+
+
 def latency_vs_load(c: Charts) -> str:
+    """Both arms over offered load, each point with its 95% interval; each crossover's bracket shaded and named."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=(c.objective_title, "p99 e2e_ms"))
     for s in c.load_series:
         line = {"color": COLORS[s.arm], "dash": "solid" if s.arm == "candidate" else "dot"}
         name = f"{s.arm} {s.sampling}/{s.segment}"
-        fig.add_trace(go.Scatter(x=s.x, y=s.objective, name=name, line=line, legendgroup=s.arm), 1, 1)
-        fig.add_trace(go.Scatter(x=s.x, y=s.p99_e2e, showlegend=False, line=line, legendgroup=s.arm), 1, 2)
-    fig.update_layout(title="Latency versus offered load")
+        x: list[float] | list[str] = s.load if len(s.load) == len(s.x) else s.x
+        hover = "%{text}: %{y:.2f}<extra>" + name + "</extra>"
+        common = {"x": x, "text": s.x, "hovertemplate": hover, "line": line, "legendgroup": s.arm, "mode": "lines+markers"}
+        fig.add_trace(go.Scatter(y=s.objective, name=name, error_y=_error_bars(s.objective, s.objective_ci), **common), 1, 1)
+        fig.add_trace(go.Scatter(y=s.p99_e2e, showlegend=False, error_y=_error_bars(s.p99_e2e, s.p99_e2e_ci), **common), 1, 2)
+    for cross in c.crossovers:
+        label = f"crossover {cross.sampling}/{cross.segment}: {cross.paid_load:g} to {cross.unpaid_load:g}"
+        for col in (1, 2):
+            fig.add_vrect(
+                x0=cross.paid_load,
+                x1=cross.unpaid_load,
+                fillcolor="#f5b041",
+                opacity=0.25,
+                line_width=0,
+                row=1,
+                col=col,
+                annotation_text=label if col == 1 else None,
+                annotation_position="top left",
+            )
+    fig.update_layout(title="Latency versus offered load (95% intervals; a crossover's bracket shaded)")
+    fig.update_xaxes(title_text="offered load (requests/s, or requests in flight)")
     return chart_div(fig, "latency-vs-load")
 
 

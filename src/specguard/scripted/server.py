@@ -73,6 +73,13 @@ class Script(BaseModel):
     jitter: float = Field(default=0.0, ge=0)
     load_ms_per_stream: float = Field(default=0.0, ge=0)
     seed: int = 0
+    # A speed that changes with the arrival rate, for planting a load crossover at a known rate: while the
+    # requests arrive faster than knee_rps (judged over the last knee_window arrivals, this one included),
+    # every gap is multiplied by knee_slowdown. Judged by arrivals, not streams in flight, so that the knee
+    # is a request rate exactly, whatever the latencies (in-flight counts follow from rate x latency).
+    knee_rps: float | None = Field(default=None, gt=0)
+    knee_slowdown: float = Field(default=1.0, gt=0)
+    knee_window: int = Field(default=4, ge=2)
 
     @model_validator(mode="after")
     def _flood_has_no_faults(self) -> Script:
@@ -100,6 +107,7 @@ class ScriptedServer:
         self.closing = False  # set at shutdown, so that a hung request lets the server stop at once
         self.in_flight = 0
         self.rng = random.Random(script.seed)
+        self.arrivals: list[float] = []  # the last knee_window arrival times (monotonic s)
         # The latency histograms a vLLM server exposes, observed as vLLM does (ITL per chunk, which is per engine
         # step there), on vLLM 0.32's bounds: what the canary judges pools behind HAProxy or a Gateway on.
         self.registry = CollectorRegistry()
@@ -147,10 +155,19 @@ class ScriptedServer:
         finally:
             self.in_flight -= 1
 
-    def _gap_ms(self, base_ms: float) -> float:
-        """One gap of the schedule with the script's noise and load (see ``Script``)."""
+    def _above_knee(self, now: float) -> bool:
+        """Whether requests now arrive faster than ``knee_rps`` (see ``Script``); records this arrival."""
         s = self.script
-        gap = base_ms + s.load_ms_per_stream * max(0, self.in_flight - 1)
+        if s.knee_rps is None:
+            return False
+        self.arrivals = [*self.arrivals, now][-s.knee_window :]
+        span = self.arrivals[-1] - self.arrivals[0]
+        return len(self.arrivals) == s.knee_window and (span <= 0 or (len(self.arrivals) - 1) / span > s.knee_rps)
+
+    def _gap_ms(self, base_ms: float, slow: float = 1.0) -> float:
+        """One gap of the schedule with the script's noise, load and knee (see ``Script``)."""
+        s = self.script
+        gap = (base_ms + s.load_ms_per_stream * max(0, self.in_flight - 1)) * slow
         return gap * math.exp(self.rng.gauss(0.0, s.jitter)) if s.jitter > 0 else gap
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -185,8 +202,9 @@ class ScriptedServer:
         tokens: list[int] = []
         total = 0
         rid_json = json.dumps(rid)
-        noisy = s.jitter > 0 or s.load_ms_per_stream > 0
-        target = start + self._gap_ms(s.ttft_ms) / 1000.0
+        slow = s.knee_slowdown if self._above_knee(start) else 1.0
+        noisy = s.jitter > 0 or s.load_ms_per_stream > 0 or slow != 1.0
+        target = start + self._gap_ms(s.ttft_ms, slow) / 1000.0
         for i in range(n):
             if i == strike and await self._strike(fault, request, resp, i):
                 self._log(request, rid, start, sent, tokens, fault)
@@ -194,7 +212,7 @@ class ScriptedServer:
             if not noisy:
                 target = start + (s.ttft_ms + i * s.interval_ms) / 1000.0
             elif i > 0:
-                target += self._gap_ms(s.interval_ms) / 1000.0
+                target += self._gap_ms(s.interval_ms, slow) / 1000.0
             delay = target - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)

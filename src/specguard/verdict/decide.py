@@ -34,6 +34,7 @@ from specguard.verdict.budget_tests import (
 from specguard.verdict.model import (
     CellComparison,
     CellLine,
+    Crossover,
     Failure,
     GuardrailRule,
     ObjectiveRule,
@@ -360,23 +361,44 @@ def cell_warnings(cell: CellComparison) -> list[str]:
     return out + ([gpu] if gpu else [])
 
 
-def crossovers(cells: Sequence[CellComparison], higher_is_better: bool) -> list[str]:
-    """Per sampling x segment: the lowest load where speculation stops paying, after paying at a lower one."""
+def crossover_brackets(cells: Sequence[CellComparison], higher_is_better: bool) -> list[Crossover]:
+    """Per sampling x segment: the first bracket, by load, of a level where speculation paid and the next where not."""
     groups: dict[tuple[str, str], list[CellComparison]] = defaultdict(list)
     for c in cells:
         groups[(c.sampling, c.segment)].append(c)
     out = []
     for (sampling, segment), group in groups.items():
         group.sort(key=lambda c: c.offered_load)
-        paid = False
+        last_paid: CellComparison | None = None
         for c in group:
             status = cell_status(c, higher_is_better)
             if status == "better":
-                paid = True
-            elif paid and status in ("worse", "no detectable difference"):
+                last_paid = c
+            elif last_paid is not None and status in ("worse", "no detectable difference"):
                 out.append(
-                    f"{sampling} / {segment}: speculation stops paying at '{c.traffic}' "
-                    f"(offered load {c.offered_load:g}): {status}"
+                    Crossover(
+                        sampling=sampling,
+                        segment=segment,
+                        paid_traffic=last_paid.traffic,
+                        paid_load=last_paid.offered_load,
+                        unpaid_traffic=c.traffic,
+                        unpaid_load=c.offered_load,
+                        unpaid_status=status,
+                    )
                 )
                 break
     return out
+
+
+def crossovers(cells: Sequence[CellComparison], higher_is_better: bool) -> list[str]:
+    """Per sampling x segment: where speculation stops paying, as the interval between two measured loads.
+
+    The crossover lies in [the last load where it paid, the first above it where it did not]; a sweep's
+    bisection measures loads inside that bracket, so it narrows as the sweep goes on.
+    """
+    return [
+        f"{x.sampling} / {x.segment}: speculation stops paying at '{x.unpaid_traffic}' (offered load "
+        f"{x.unpaid_load:g}): {x.unpaid_status}; it paid at '{x.paid_traffic}' ({x.paid_load:g}): "
+        f"the crossover lies between offered load {x.paid_load:g} and {x.unpaid_load:g}"
+        for x in crossover_brackets(cells, higher_is_better)
+    ]

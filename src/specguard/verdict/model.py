@@ -102,6 +102,18 @@ class OneArmCell(BaseModel):
         return f"{self.traffic} / {self.sampling} / {self.segment}"
 
 
+class Crossover(BaseModel):
+    """Where speculation stops paying in one sampling x segment: between two measured loads (an interval)."""
+
+    sampling: str
+    segment: str
+    paid_traffic: str
+    paid_load: float = Field(description="the last load where the objective's interval was better than no change")
+    unpaid_traffic: str
+    unpaid_load: float = Field(description="the first load above it where it was not")
+    unpaid_status: Status
+
+
 class Failure(BaseModel):
     """A server of an arm that crashed or ran out of memory during the measurements."""
 

@@ -212,7 +212,10 @@ def test_crossover_is_named_and_warnings_do_not_change_the_verdict():
     ]
     v = run(cells)
     assert v.verdict == "GO"
-    assert v.crossover == ["prod / chat: speculation stops paying at 'burst' (offered load 8): worse"]
+    assert v.crossover == [
+        "prod / chat: speculation stops paying at 'burst' (offered load 8): worse; it paid at 'steady' (2): "
+        "the crossover lies between offered load 2 and 8"
+    ]
     text = " ".join(v.warnings)
     assert "acceptance rate 0.30" in text and "KV-cache usage rose" in text and "send lag" in text
 
@@ -231,3 +234,21 @@ def test_many_unverified_guardrails_are_counted_not_listed():
     assert v.verdict == "INCONCLUSIVE"
     assert codes(v) == ["guardrail_unverified"] * 4 + ["guardrails_unverified_more"]
     assert v.reasons[-1].numbers == {"count": 2}
+
+
+def test_crossover_bracket_is_the_last_paid_and_the_first_unpaid_load_per_group():
+    from specguard.verdict import crossover_brackets
+
+    better, same, worse = rr(0.7, 0.6, 0.8), rr(1.0, 0.9, 1.1), rr(1.3, 1.2, 1.4)
+    cells = [
+        cell(traffic="r1", load=1, obj=better),
+        cell(traffic="r3", load=3, obj=better, target=False),
+        cell(traffic="r4", load=4, obj=same, target=False),
+        cell(traffic="r9", load=9, obj=worse, target=False),
+    ]
+    # measured out of order: the bracket follows the load, not the list
+    [x] = crossover_brackets(list(reversed(cells)), higher_is_better=False)
+    assert (x.paid_traffic, x.paid_load, x.unpaid_traffic, x.unpaid_load) == ("r3", 3, "r4", 4)
+    assert x.unpaid_status == "no detectable difference"
+    # never paid: no crossover to name
+    assert crossover_brackets([cell(traffic="a", load=1, obj=worse), cell(traffic="b", load=2, obj=worse)], False) == []
