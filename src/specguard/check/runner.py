@@ -29,6 +29,7 @@ from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.loadgen.prompts import PromptSet, load_prompts
+from specguard.loadgen.recorder import OutputMode
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
@@ -269,6 +270,7 @@ def _run_block(
                     api_key=api_key,
                     default_max_tokens=plan.max_tokens,
                     slo=plan.slo,
+                    outputs=_outputs_mode(plan, sampling.temperature),
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
@@ -285,6 +287,13 @@ def _run_block(
                 if server is not None and not server.running():
                     _record_failure(state, arm, server)
                     return
+
+
+def _outputs_mode(plan: CheckPlan, temperature: float) -> OutputMode:
+    """Outputs kept when the plan says so; compared (then forgotten) where decoding is greedy; else not asked for."""
+    if plan.keep_output:
+        return "keep"
+    return "compare" if temperature == 0 else "off"
 
 
 def _record_failure(state: CheckState, arm: str, server: ManagedServer) -> None:
