@@ -137,6 +137,10 @@ def bench(
         list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
     ] = None,
     extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None,
+    keep_output: Annotated[
+        bool,
+        typer.Option(help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive."),
+    ] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
@@ -189,6 +193,7 @@ def bench(
             labels=parse_labels(label or []),
             headers=parse_headers(header or []),
             extra_body=parse_extra_body(extra_body),
+            keep_output=keep_output,
         ),
         {},
     )
@@ -270,6 +275,10 @@ def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
     out: Annotated[Path, typer.Option(help="A new directory for the runs, verdict.json, report.md and report.html.")],
     resume: Annotated[bool, typer.Option(help="Continue an interrupted check in --out: only the blocks not yet done.")] = False,
+    keep_output: Annotated[
+        bool,
+        typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
+    ] = False,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
@@ -282,6 +291,8 @@ def check(
     from specguard.embedded.launch import embedded_launcher
 
     plan = load_plan(plan_path)
+    if keep_output:
+        plan = plan.model_copy(update={"keep_output": True})
     record = run_check(
         plan, plan_path, out, launcher=embedded_launcher, resume=resume, log=lambda m: err.print(m, highlight=False)
     )
