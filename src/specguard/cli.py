@@ -137,6 +137,10 @@ def bench(
         list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
     ] = None,
     extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None,
+    keep_output: Annotated[
+        bool,
+        typer.Option(help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive."),
+    ] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
@@ -189,6 +193,7 @@ def bench(
             labels=parse_labels(label or []),
             headers=parse_headers(header or []),
             extra_body=parse_extra_body(extra_body),
+            keep_output=keep_output,
         ),
         {},
     )
@@ -277,6 +282,10 @@ def check(
     dry_run: Annotated[
         bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
     ] = False,
+    keep_output: Annotated[
+        bool,
+        typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
+    ] = False,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
@@ -293,6 +302,8 @@ def check(
     from specguard.loadgen.extras import parse_labels
 
     plan = load_plan(plan_path)
+    if keep_output:
+        plan = plan.model_copy(update={"keep_output": True})
     if label:
         plan = plan.model_copy(update={"labels": {**plan.labels, **parse_labels(label)}})
     if dry_run:

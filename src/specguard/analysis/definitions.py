@@ -96,11 +96,24 @@ GUARDRAIL_TEST = (
     "its one-sided test against the budget rejects with Holm's correction over every guardrail test of the plan "
     "(family-wise alpha 5 %); otherwise it straddles the budget (INCONCLUSIVE)"
 )
+GREEDY_DIVERGENCE = (
+    "at temperature 0, per cell and segment: the share of requests whose output differs from the baseline's first "
+    "output of the same prompt item (the baseline's other requests measure its own variation), and the first "
+    "differing token (or character, where the server returned no token ids); a warning when the candidate's share "
+    "exceeds the baseline's with the 95 % Newcombe interval of the difference above zero, a guardrail "
+    "(equivalence.guardrail) against max_extra_divergence"
+)
 
 
 def check_definitions() -> dict[str, str]:
     """verdict.json's, report.md's and report.html's definitions."""
-    return {**METRIC_DEFINITIONS, "ratio": CHECK_RATIO, "95% CI": CHECK_INTERVAL, "guardrail": GUARDRAIL_TEST}
+    return {
+        **METRIC_DEFINITIONS,
+        "ratio": CHECK_RATIO,
+        "95% CI": CHECK_INTERVAL,
+        "guardrail": GUARDRAIL_TEST,
+        "greedy-output divergence": GREEDY_DIVERGENCE,
+    }
 
 
 # The terminal's one-line reminders.

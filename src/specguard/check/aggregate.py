@@ -8,6 +8,7 @@ from pathlib import Path
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
 from specguard.analysis.gpu_usage import mean_utilisation
 from specguard.analysis.slo import compare_goodput
+from specguard.check.outputs import cell_equivalence
 from specguard.check.plan import CheckPlan
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
@@ -42,6 +43,8 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                     summaries[arm] = [load_summary(d) for d in dirs]
                 if not records["baseline"] or not records["candidate"]:
                     continue  # one_arm_cells names it for the verdict
+                # greedy-output equivalence: only where decoding is greedy (temperature 0)
+                equivalence = cell_equivalence(plan, out, key) if sampling.temperature == 0 else None
                 segments = sorted({r.segment for reps in records.values() for rep in reps for r in rep})
                 for seg in segments:
                     b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
@@ -117,6 +120,7 @@ def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
                             tokens_per_s_candidate=_mean([s.output_tokens_per_s for s in sc]),
                             client_warnings=sorted(set(warnings)),
                             metrics=m,
+                            equivalence=equivalence.get(seg) if equivalence is not None else None,
                         )
                     )
     return cells

@@ -169,6 +169,21 @@ class Guardrails(FiniteModel):
     max_p99_ttft_regression: float = Field(default=0.05, ge=0)
     max_error_rate_increase: float = Field(default=0.01, ge=0)
     max_preemption_increase: float = Field(default=0.0, ge=0)
+    max_goodput_drop: float | None = Field(
+        default=None, ge=0, lt=1, description="goodput may fall by at most this fraction (needs slo:); None: no guardrail"
+    )
+
+
+class Equivalence(FiniteModel):
+    """Greedy-output equivalence at temperature-0 sampling settings: always measured and warned about; a guardrail if asked."""
+
+    guardrail: bool = Field(default=False, description="a rise beyond the budget is NO-GO, one that straddles it INCONCLUSIVE")
+    max_extra_divergence: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the candidate's share of differing outputs may exceed the baseline's own by at most this",
+    )
 
 
 class Statistics(FiniteModel):
@@ -206,6 +221,8 @@ class CheckPlan(FiniteModel):
     guardrails: Guardrails = Guardrails()
     statistics: Statistics = Statistics()
     slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
+    equivalence: Equivalence = Equivalence()
+    keep_output: bool = Field(default=False, description="keep every output's token ids in requests.jsonl (may be sensitive)")
     labels: dict[str, str] = Field(default_factory=dict, description="metadata carried into every run.json and check.json")
 
     @model_validator(mode="wrap")
@@ -247,6 +264,8 @@ class CheckPlan(FiniteModel):
                 raise ValueError(f"{kind} names must be unique (got {names})")
         if self.objective.metric == "goodput" and self.slo is None:
             raise ValueError("objective metric goodput needs 'slo:' (for example slo: {ttft_ms: 500, itl_ms: 50})")
+        if self.guardrails.max_goodput_drop is not None and self.slo is None:
+            raise ValueError("guardrails.max_goodput_drop needs 'slo:' (goodput counts the requests that meet it)")
         if not any(t.target for t in self.levels):
             raise ValueError("mark at least one traffic level 'target: true' (where the objective must improve)")
         return self

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
+from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
@@ -100,7 +101,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     """verdict.json of a complete check, decided from its stored runs."""
     plan = record.measured_plan
     cells = cell_comparisons(plan, out)
-    verdict = decide(cells, plan.objective, plan.guardrails, record.failures, one_arm_cells(plan, out))
+    verdict = decide(cells, plan.objective, plan.guardrails, record.failures, one_arm_cells(plan, out), plan.equivalence)
     inventory = observed_inventory(record, out)
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
@@ -147,6 +148,7 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
     d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
     d.report_md.write_text(render_markdown(data))
     d.report_html.write_text(render_html(data))
+    forget_outputs(record.plan, out)  # the comparison is stored; the outputs themselves go unless kept
     return data.verdict
 
 

@@ -34,6 +34,7 @@ from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, Usa
 from specguard.inventory.collect import from_server, from_spec
 from specguard.lifetime import set_cpus
 from specguard.loadgen.prompts import PromptSet, load_prompts
+from specguard.loadgen.recorder import OutputMode
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
@@ -396,6 +397,7 @@ def _run_block(
                     headers=plan_arm.headers,
                     extra_body=plan_arm.extra_body,
                     labels=plan.labels,
+                    outputs=_outputs_mode(plan, sampling.temperature),
                 )
                 summary = run_async(run_bench(cfg))
                 if summary.interrupted:
@@ -412,6 +414,13 @@ def _run_block(
                 if server is not None and not server.running():
                     _record_failure(state, arm, server)
                     return
+
+
+def _outputs_mode(plan: CheckPlan, temperature: float) -> OutputMode:
+    """Outputs kept when the plan says so; compared (then forgotten) where decoding is greedy; else not asked for."""
+    if plan.keep_output:
+        return "keep"
+    return "compare" if temperature == 0 else "off"
 
 
 def _record_failure(state: CheckState, arm: str, server: ManagedServer) -> None:

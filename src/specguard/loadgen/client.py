@@ -78,8 +78,19 @@ def stamp_arrivals(content: aiohttp.StreamReader, res: StreamResult, sent_at: fl
     return True
 
 
-def build_payload(api: str, model: str, item: PromptItem, sampling: SamplingOverrides, default_max_tokens: int) -> dict[str, Any]:
-    """The JSON body: per-item sampling, overridden by the run's, and streaming usage requested."""
+def build_payload(
+    api: str,
+    model: str,
+    item: PromptItem,
+    sampling: SamplingOverrides,
+    default_max_tokens: int,
+    return_token_ids: bool = False,
+) -> dict[str, Any]:
+    """The JSON body: per-item sampling, overridden by the run's, and streaming usage requested.
+
+    ``return_token_ids`` asks vLLM (0.10.2 and later) for each chunk's token ids, for comparing outputs; it is
+    sent only then, because a strict OpenAI-compatible server may refuse a field it does not know.
+    """
     body: dict[str, Any] = {"model": model, "stream": True}
     if api == "chat":
         if item.messages is not None:
@@ -99,6 +110,8 @@ def build_payload(api: str, model: str, item: PromptItem, sampling: SamplingOver
             body[key] = value
     if item.stop is not None:
         body["stop"] = item.stop
+    if return_token_ids:
+        body["return_token_ids"] = True
     return body
 
 

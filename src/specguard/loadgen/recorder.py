@@ -12,6 +12,11 @@ dies, and the child exits after writing what it holds. If it cannot write
 (disk full, read-only or vanished directory), it says so once on its
 progress pipe, ``{"error": "..."}``, and exits 3; the parent stops the run.
 
+With ``--outputs compare`` it also writes each request's output (token ids,
+or the text when the server sends none) to ``outputs.jsonl`` beside the
+records, for a check's greedy-output comparison; with ``--outputs keep`` the
+ids go into requests.jsonl too (``--keep-output``: outputs may be sensitive).
+
 Frame on the pipe: 4-byte big-endian length, then a pickle of either
 ``("P", seq, reads)`` (reads of a stream still running) or ``("F", ...)``, the
 fields of a FinishedStream in order with its StreamResult flattened (the
@@ -40,16 +45,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from specguard.errors import HelperProcessError, OutputWriteError
 from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.loadgen.client import StreamResult
-from specguard.loadgen.sse import ParsedStream, SSEParser, TokenCounter, chunk_token_counts
-from specguard.results.models import RequestRecord, TokenSource
+from specguard.loadgen.sse import (
+    ParsedStream,
+    SSEParser,
+    TokenCounter,
+    chunk_token_counts,
+    output_text,
+    output_token_ids,
+)
+from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord, TokenSource
 from specguard.results.store import JsonlAppender
 
 _LEN = struct.Struct(">I")
+# off: no outputs; compare: outputs.jsonl for a check's comparison; keep: that, and the ids in requests.jsonl
+OutputMode = Literal["off", "compare", "keep"]
 SYNC_EVERY_S = 0.2
 BATCH_S = 0.01
 BATCH_MAX = 16
@@ -66,10 +80,11 @@ class FinishedStream:
     temperature: float | None
     max_tokens: int | None
     result: StreamResult
+    item: int | None = None
 
     @classmethod
     def from_frame(cls, frame: tuple[Any, ...]) -> FinishedStream:
-        _, index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens, error, status, end, reads = frame
+        _, index, seq, request_id, segment, scheduled_s, sent_s, temperature, max_tokens, error, status, end, reads, item = frame
         return cls(
             index,
             seq,
@@ -80,6 +95,7 @@ class FinishedStream:
             temperature,
             max_tokens,
             StreamResult(error=error, http_status=status, stream_end=end, pieces=reads),
+            item,
         )
 
 
@@ -148,7 +164,9 @@ def measure_stream(res: StreamResult, parsed: ParsedStream, tokenizer: TokenCoun
     )
 
 
-def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter | None) -> RequestRecord:
+def to_record(
+    f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter | None, keep_output: bool = False
+) -> RequestRecord:
     m = measure_stream(f.result, parsed, tokenizer)
     return RequestRecord(
         index=f.index,
@@ -164,7 +182,16 @@ def to_record(f: FinishedStream, parsed: ParsedStream, tokenizer: TokenCounter |
         **m.record_fields(),
         temperature=f.temperature,
         max_tokens=f.max_tokens,
+        item=f.item,
+        output_token_ids=output_token_ids(parsed) if keep_output else None,
     )
+
+
+def to_output(f: FinishedStream, parsed: ParsedStream) -> OutputRecord:
+    """The request's output for the comparison: its token ids, or its text when the server sent no ids."""
+    ids = output_token_ids(parsed)
+    item = f.item if f.item is not None else f.index
+    return OutputRecord(seq=f.seq, item=item, token_ids=ids, text=None if ids is not None else output_text(parsed))
 
 
 class Recorder:
@@ -178,10 +205,13 @@ class Recorder:
         on_progress: Callable[[RecordWritten], None],
         on_failure: Callable[[], object] | None = None,
         cpus: set[int] | None = None,
+        outputs: OutputMode = "off",
     ) -> None:
         self.argv = [sys.executable, "-m", "specguard.loadgen.recorder", "--out", str(out), "--api", api]
         if tokenizer_dir is not None:
             self.argv += ["--tokenizer", str(tokenizer_dir)]
+        if outputs != "off":
+            self.argv += ["--outputs", outputs]
         self.on_progress = on_progress
         self.on_failure = on_failure
         self.cpus = cpus
@@ -241,6 +271,7 @@ class Recorder:
         sent_s: float,
         body: dict[str, Any],
         result: StreamResult,
+        item: int | None = None,
     ) -> None:
         """A finished stream, with everything its record needs; sent with the others of the next ``BATCH_S``."""
         self._finished.append(
@@ -258,6 +289,7 @@ class Recorder:
                 result.http_status,
                 result.stream_end,
                 result.pieces,
+                item,
             )
         )
         if len(self._finished) >= BATCH_MAX:
@@ -315,6 +347,7 @@ def _main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--api", required=True)
     p.add_argument("--tokenizer", type=Path)
+    p.add_argument("--outputs", choices=("compare", "keep"))
     a = p.parse_args()
     ignore_interrupts()
     tokenizer = None
@@ -324,27 +357,35 @@ def _main() -> None:
         tokenizer = _token_counter(a.tokenizer)
     try:
         out = JsonlAppender(a.out)
+        outputs = JsonlAppender(a.out.parent / OUTPUTS_FILE) if a.outputs else None
     except OSError as exc:
         _say_failure(exc)
         return
+    collect = a.outputs is not None
     print("ready", flush=True)
     last_sync = time.monotonic()
     running: dict[int, SSEParser] = {}
     for frame in _read_frames(sys.stdin.buffer):
         if frame[0] == "P":
             _, seq, pieces = frame
-            running.setdefault(seq, SSEParser(a.api)).feed(pieces)
+            running.setdefault(seq, SSEParser(a.api, collect)).feed(pieces)
             continue
         records = []
+        kept: list[OutputRecord] = []
         for item in frame[1]:
             finished = FinishedStream.from_frame(item)
-            parser = running.pop(finished.seq, None) or SSEParser(a.api)
+            parser = running.pop(finished.seq, None) or SSEParser(a.api, collect)
             parser.feed(finished.result.pieces)
-            records.append(to_record(finished, parser.result(), tokenizer))
+            parsed = parser.result()
+            records.append(to_record(finished, parsed, tokenizer, keep_output=a.outputs == "keep"))
+            if outputs is not None:
+                kept.append(to_output(finished, parsed))
         try:
             # A batch is flushed at once (survives the process), in one write; fsynced in groups (survives the
             # machine within 0.2 s).
             out.append_many(records, sync=False)
+            if outputs is not None:
+                outputs.append_many(kept, sync=False)
             if time.monotonic() - last_sync > SYNC_EVERY_S:
                 out.sync()
                 last_sync = time.monotonic()
@@ -354,6 +395,9 @@ def _main() -> None:
         _say("\n".join(json.dumps([r.seq, r.ok, r.output_tokens or 0]) for r in records))
     out.sync()
     out.close()
+    if outputs is not None:
+        outputs.sync()
+        outputs.close()
     sys.stdout.flush()
 
 

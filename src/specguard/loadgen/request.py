@@ -117,6 +117,7 @@ class BenchRequest(BaseModel):
     labels: dict[str, str] = {}
     headers: dict[str, str] = {}
     extra_body: dict[str, Any] = {}
+    keep_output: bool = False
 
     @model_validator(mode="after")
     def _options_agree(self) -> BenchRequest:
@@ -237,6 +238,7 @@ def bench_config(request: BenchRequest) -> BenchConfig:
             "headers": request.headers,
             "extra_body": request.extra_body,
             "labels": request.labels,
+            "outputs": "keep" if request.keep_output else "off",
         },
         BENCH_OPTIONS,
     )

@@ -32,7 +32,7 @@ from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.extras import merge_extra_body, stored_headers
 from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.read_probe import ReadLagProbe
-from specguard.loadgen.recorder import Recorder, RecordWritten
+from specguard.loadgen.recorder import OutputMode, Recorder, RecordWritten
 from specguard.results.models import (
     GpuSample,
     LoadShape,
@@ -84,6 +84,11 @@ class BenchConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict, description="sent on every request (see loadgen/extras)")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="merged into every request body")
     labels: dict[str, str] = Field(default_factory=dict, description="metadata stored in run.json")
+    outputs: OutputMode = Field(
+        default="off",
+        description="compare: ask for token ids and write outputs.jsonl (a check's greedy comparison); "
+        "keep: also the ids in requests.jsonl (--keep-output)",
+    )
 
 
 class ProgressSink:
@@ -107,7 +112,8 @@ class _Run:
 
     async def one(self, session: aiohttp.ClientSession, seq: int, item_no: int, scheduled: float) -> None:
         item = self.cfg.prompts.items[item_no]
-        body = build_payload(self.cfg.api, self.cfg.model, item, self.cfg.sampling, self.cfg.default_max_tokens)
+        cfg = self.cfg
+        body = build_payload(cfg.api, cfg.model, item, cfg.sampling, cfg.default_max_tokens, cfg.outputs != "off")
         body = merge_extra_body(body, self.cfg.extra_body)
         request_id = f"specguard-{self.run_tag}-{seq}"
         headers = {**self.headers, "X-Request-Id": request_id}
@@ -127,7 +133,7 @@ class _Run:
             )
         finally:
             self.recorder.submit(
-                self.cfg.prompts.lines[item_no], seq, request_id, item.segment, scheduled, sent_at - self.t0, body, res
+                self.cfg.prompts.lines[item_no], seq, request_id, item.segment, scheduled, sent_at - self.t0, body, res, item_no
             )
 
     async def warmup(self, session: aiohttp.ClientSession) -> None:
@@ -312,7 +318,13 @@ class _Measurement:
         self.previous_cpus = os.sched_getaffinity(0) if self.cpus else None
         self.helper_cpus = self.cpus[1] if self.cpus else None
         self.recorder = Recorder(
-            writer.requests_path, cfg.api, tokenizer_dir, progress.finished, on_failure=main_task.cancel, cpus=self.helper_cpus
+            writer.requests_path,
+            cfg.api,
+            tokenizer_dir,
+            progress.finished,
+            on_failure=main_task.cancel,
+            cpus=self.helper_cpus,
+            outputs=cfg.outputs,
         )
         self.run_state = _Run(cfg, self.recorder)
         self.phase: Literal["warm-up", "measurement"] = "warm-up"

@@ -9,7 +9,10 @@ Fast path: an event that is one ``data:`` line with a structural
 ``"completion_tokens": N`` is counted by a byte search, without a JSON parse;
 a quote inside generated text is always escaped (``\\"``), so only the
 structural key counts. Its raw bytes are kept so that, if the stream turns out
-not to carry usage on every chunk, everything is re-read in full.
+not to carry usage on every chunk, everything is re-read in full; so is a stream
+whose output is collected (``collect_output``: vLLM's ``return_token_ids`` puts
+each chunk's new token ids in ``choices[0].token_ids``), in the record writer's
+process, after the stream ended, where the cost times nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class ParsedStream:
     chunk_times: list[float] = field(default_factory=list)
     chunk_usage: list[int | None] = field(default_factory=list)
     chunk_texts: list[str | None] = field(default_factory=list)
+    chunk_token_ids: list[list[int] | None] = field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -64,9 +68,15 @@ def _delta_text(api: str, choice: dict[str, Any]) -> str:
     return choice.get("text") or ""
 
 
+def _delta_ids(choice: dict[str, Any]) -> list[int] | None:
+    ids = choice.get("token_ids")
+    return [int(i) for i in ids] if isinstance(ids, list) else None
+
+
 class SSEParser:
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, collect_output: bool = False) -> None:
         self.api = api
+        self.collect_output = collect_output
         self.out = ParsedStream()
         self._buf = b""
         self._carry_cr = False
@@ -130,6 +140,7 @@ class SSEParser:
         out.chunk_times.extend(times[:k])
         out.chunk_usage.extend(usage[:k])
         out.chunk_texts.extend([None] * k)
+        out.chunk_token_ids.extend([None] * k)
         self._raw.extend(events[:k])
         if k:
             self._last_fast = events[k - 1]
@@ -155,6 +166,7 @@ class SSEParser:
                 out.chunk_times.append(now)
                 out.chunk_usage.append(count)
                 out.chunk_texts.append(None)
+                out.chunk_token_ids.append(None)
                 out.completion_tokens = count
                 self._raw.append(event)
                 self._last_fast = event
@@ -193,12 +205,15 @@ class SSEParser:
             if choice.get("finish_reason"):
                 out.finish_reason = choice["finish_reason"]
             text = _delta_text(self.api, choice)
+            ids = _delta_ids(choice)
             if replay_index is not None:
                 out.chunk_texts[replay_index] = text
+                out.chunk_token_ids[replay_index] = ids
                 continue
             out.chunk_times.append(now)
             out.chunk_usage.append(completion)
             out.chunk_texts.append(text)
+            out.chunk_token_ids.append(ids)
             self._raw.append(None)
 
     def result(self) -> ParsedStream:
@@ -211,17 +226,39 @@ class SSEParser:
             out.finish_reason = scratch.out.finish_reason or out.finish_reason
             if out.prompt_tokens is None:
                 out.prompt_tokens = scratch.out.prompt_tokens
-        if None in out.chunk_usage:
+        if None in out.chunk_usage or self.collect_output:
             for i, raw in enumerate(self._raw):
                 if raw is not None:
                     self._full_event(raw, 0.0, replay_index=i)
         return out
 
 
-def parse_stream(pieces: Iterable[tuple[float, bytes]], api: str) -> ParsedStream:
-    parser = SSEParser(api)
+def parse_stream(pieces: Iterable[tuple[float, bytes]], api: str, collect_output: bool = False) -> ParsedStream:
+    parser = SSEParser(api, collect_output)
     parser.feed(pieces)
     return parser.result()
+
+
+def output_token_ids(parsed: ParsedStream) -> list[int] | None:
+    """The output's token ids, the chunks' in order; None when the server sent none, or not for every chunk with text.
+
+    Parse with ``collect_output`` (fast-path chunks are otherwise never read in full).
+    """
+    if not any(ids is not None for ids in parsed.chunk_token_ids):
+        return None
+    out: list[int] = []
+    for text, ids in zip(parsed.chunk_texts, parsed.chunk_token_ids):
+        if ids is None:
+            if text:
+                return None  # text without its ids: the sequence would have a hole
+            continue
+        out.extend(ids)
+    return out
+
+
+def output_text(parsed: ParsedStream) -> str:
+    """The output's text, the chunks' in order (parse with ``collect_output``)."""
+    return "".join(t for t in parsed.chunk_texts if t)
 
 
 def chunk_token_counts(

@@ -5,6 +5,8 @@ A run directory holds:
   requests.jsonl       RequestRecord    one line per measured request, flushed as each finishes
   server_metrics.jsonl MetricsSample    one line per /metrics scrape (or failed scrape)
   gpu_metrics.jsonl    GpuSample        one line per GPU sampling (NVML or a DCGM exporter's page), if sampled
+  outputs.jsonl        OutputRecord     each request's output (token ids, or text), only while a check compares
+                                        greedy outputs (deleted after its verdict) or with --keep-output
   summary.json         Summary          the derived figures
 """
 
@@ -21,6 +23,8 @@ REQUEST_SCHEMA: Final = "specguard.request/1"
 METRICS_SCHEMA: Final = "specguard.server_metrics/1"
 SUMMARY_SCHEMA: Final = "specguard.summary/1"
 GPU_SCHEMA: Final = "specguard.gpu_metrics/1"
+OUTPUT_SCHEMA: Final = "specguard.output/1"
+OUTPUTS_FILE: Final = "outputs.jsonl"
 
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 
@@ -128,6 +132,23 @@ class RequestRecord(StrictModel):
     finish_reason: str | None
     temperature: float | None = None
     max_tokens: int | None = None
+    item: int | None = Field(
+        default=None,
+        description="0-based position of the prompt item in its set (several items share a line with turns: all)",
+    )
+    output_token_ids: list[int] | None = Field(
+        default=None, description="the output's token ids as the server returned them; only with --keep-output"
+    )
+
+
+class OutputRecord(StrictModel):
+    """One request's output, for comparing greedy outputs between arms: token ids, or the text when none came back."""
+
+    schema_version: Literal["specguard.output/1"] = OUTPUT_SCHEMA
+    seq: int = Field(description="the request's seq in requests.jsonl")
+    item: int = Field(description="0-based position of the prompt item in its set")
+    token_ids: list[int] | None = Field(description="None: the server sent no token ids (not vLLM, or an older one)")
+    text: str | None = Field(default=None, description="the output text, stored only when there are no token ids")
 
 
 class MetricsSample(StrictModel):

@@ -23,6 +23,13 @@ they arrive, warm-up requests included) fails the way a real server can:
   error_event      after ``fault_after_chunks`` chunks, an ``{"error": {...}}`` event and
                    then ``data: [DONE]``, as vLLM ends a stream that failed mid-way
 
+A request with ``return_token_ids: true`` gets vLLM's ``token_ids`` in every chunk
+(unless ``token_ids`` is false: a server that ignores the field, like an older vLLM)
+and a text of one word per token id. The ids are a function of the prompt alone,
+so repeated prompts give equal outputs, except that every ``diverge_every``-th
+such request (1-based, in arrival order) changes from token ``diverge_after_tokens``
+on: a greedy-output comparison can be given known divergences.
+
 Every request is logged (faulty ones too, with the fault named and the chunks
 sent before it). Without ``fault`` the behaviour is the plain scripted stream.
 
@@ -38,6 +45,7 @@ import json
 import math
 import random
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,6 +88,9 @@ class Script(BaseModel):
     knee_rps: float | None = Field(default=None, gt=0)
     knee_slowdown: float = Field(default=1.0, gt=0)
     knee_window: int = Field(default=4, ge=2)
+    token_ids: bool = True
+    diverge_after_tokens: int | None = Field(default=None, ge=0)
+    diverge_every: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _flood_has_no_faults(self) -> Script:
@@ -104,6 +115,7 @@ class ScriptedServer:
         self.finished = 0
         self.generated = 0
         self.received = 0
+        self.asked_ids = 0
         self.closing = False  # set at shutdown, so that a hung request lets the server stop at once
         self.in_flight = 0
         self.rng = random.Random(script.seed)
@@ -204,6 +216,7 @@ class ScriptedServer:
         rid_json = json.dumps(rid)
         slow = s.knee_slowdown if self._above_knee(start) else 1.0
         noisy = s.jitter > 0 or s.load_ms_per_stream > 0 or slow != 1.0
+        ids = self._output_ids(body, sum(s.tokens_pattern[i % len(s.tokens_pattern)] for i in range(n)))
         target = start + self._gap_ms(s.ttft_ms, slow) / 1000.0
         for i in range(n):
             if i == strike and await self._strike(fault, request, resp, i):
@@ -221,12 +234,14 @@ class ScriptedServer:
             # Formatted, not json.dumps'd, and compact like vLLM's own events: the fake must not need a whole core
             # for 4,000 chunks/s, or its delays on a shared core show up as the client's timestamp error (the
             # 200-stream timing test passed 15 of 20 runs with json.dumps here, 38 of 40 with this).
-            text = " ".join(["x"] * k)
+            delta_ids = ids[total - k : total] if ids is not None else None
+            text = " ".join(["x"] * k) if delta_ids is None else "".join(f" w{t}" for t in delta_ids)
             fin = '"length"' if i == n - 1 else "null"
+            sent_ids = f',"token_ids":{json.dumps(delta_ids)}' if delta_ids is not None and s.token_ids else ""
             piece = (
-                f'{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{fin}}}'
+                f'{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":{fin}{sent_ids}}}'
                 if chat
-                else f'{{"index":0,"text":"{text}","finish_reason":{fin}}}'
+                else f'{{"index":0,"text":"{text}","finish_reason":{fin}{sent_ids}}}'
             )
             use = f',"usage":{{"prompt_tokens":8,"completion_tokens":{total}}}' if usage == "continuous" else ""
             data = f'data: {{"id":{rid_json},"choices":[{piece}]{use}}}\n\n'.encode()
@@ -249,6 +264,19 @@ class ScriptedServer:
         self._observe(start, sent)
         self._log(request, rid, start, sent, tokens, fault)
         return resp
+
+    def _output_ids(self, body: dict[str, Any], length: int) -> list[int] | None:
+        """The ids of a request that asked for them: the prompt's own sequence, changed from a position on if scripted."""
+        if not body.get("return_token_ids"):
+            return None
+        self.asked_ids += 1
+        prompt = json.dumps(body.get("prompt", body.get("messages")), sort_keys=True)
+        base = zlib.crc32(prompt.encode()) % 30_000
+        ids = [base + j for j in range(length)]
+        s = self.script
+        if s.diverge_after_tokens is not None and self.asked_ids % s.diverge_every == 0:
+            ids[s.diverge_after_tokens :] = [t + 40_000 for t in ids[s.diverge_after_tokens :]]
+        return ids
 
     def _observe(self, start: float, sent: list[float]) -> None:
         if not sent:

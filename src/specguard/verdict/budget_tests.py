@@ -14,7 +14,9 @@ answers against the limit L = 1 + budget (a difference of budget, for errors):
   is the same kind of test and needs none either.
 - NO-GO side: the claim "beyond the budget" (H0: within L) is made with
   Holm's step-down over every guardrail test of the plan (all cells, P99 E2E,
-  P99 TTFT, error rate) at a family-wise alpha of 5 %. Holm rather than a
+  P99 TTFT, error rate, and when the plan asks for them the goodput drop,
+  whose limit is 1 - budget from below, and the greedy-output divergence, a
+  two-proportion difference like the error rate) at a family-wise alpha of 5 %. Holm rather than a
   per-test alpha: it controls the same family-wise error and is uniformly
   more powerful than Bonferroni, and it needs only the p-values.
 - Neither: the interval straddles L, which is INCONCLUSIVE with the requests
@@ -44,6 +46,7 @@ __all__ = [
     "error_difference_interval",
     "error_p_beyond",
     "holm",
+    "ratio_p_below",
     "ratio_p_beyond",
     "ratio_upper",
     "requests_to_resolve",
@@ -76,6 +79,17 @@ def ratio_p_beyond(r: RatioResult, limit: float) -> float:
     if below <= 0:
         return 0.0 if d > 0 else 1.0
     return float(stats.norm.sf(d / below))
+
+
+def ratio_p_below(r: RatioResult, limit: float) -> float:
+    """One-sided p-value of H0 "ratio >= limit" (a higher-is-better guardrail, goodput): small when it fell below."""
+    if not (r.ratio > 0 and r.ci_low > 0):
+        return 1.0
+    _, above = _log_spreads(r)
+    d = math.log(limit) - math.log(r.ratio)
+    if above <= 0:
+        return 0.0 if d > 0 else 1.0
+    return float(stats.norm.sf(d / above))
 
 
 def requests_to_resolve(r: RatioResult, limit: float) -> int:

@@ -5,7 +5,8 @@ never averaged together. GO only when at least one cell was measured on both
 arms, the objective improves by at least the minimum, with its interval
 excluding no change, in every cell at the target traffic level(s), and
 nothing can be beyond its budget anywhere: every guardrail's interval (P99 E2E
-and TTFT ratios, the error-rate difference) lies within its budget, preemptions
+and TTFT ratios, the error-rate difference, and when the plan asks, the goodput
+ratio and the greedy-output divergence difference) lies within its budget, preemptions
 within theirs, no crash or OOM, and no cell was measured on one arm only. A
 guardrail is NO-GO only when it lies beyond its budget with Holm's correction
 over all guardrail tests of the plan; straddling the budget is INCONCLUSIVE
@@ -14,16 +15,13 @@ over all guardrail tests of the plan; straddling the budget is INCONCLUSIVE
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import higher_utilisation_warning
 from specguard.verdict.budget_tests import (
-    MAX_ADVICE,
     error_difference_interval,
     error_p_beyond,
     holm,
@@ -31,10 +29,12 @@ from specguard.verdict.budget_tests import (
     ratio_upper,
     requests_to_resolve,
 )
+from specguard.verdict.guards import GuardTest, equivalence_guard, equivalence_warnings, error_advice, goodput_guard
 from specguard.verdict.model import (
     CellComparison,
     CellLine,
     Crossover,
+    EquivalenceRule,
     Failure,
     GuardrailRule,
     ObjectiveRule,
@@ -114,20 +114,6 @@ def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveR
     return None
 
 
-@dataclass(frozen=True)
-class GuardTest:
-    """One guardrail of one cell tested against its budget: a member of the family Holm corrects over."""
-
-    cell: str
-    metric: str
-    budget: float
-    p_beyond: float  # one-sided p of "within the budget": small when it is beyond
-    within: bool  # the GO side: the interval's upper end lies within the budget
-    numbers: dict[str, float]
-    more_requests_needed: int
-    unverified: Reason | None = None  # too few samples for any test
-
-
 def ratio_guard(name: str, r: RatioResult, budget: float, where: str) -> GuardTest:
     """A P99 guardrail as a test of "ratio <= 1 + budget"."""
     numbers = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high, "budget": budget}
@@ -155,14 +141,6 @@ def error_counts(cell: CellComparison) -> tuple[tuple[int, int], tuple[int, int]
     return (round(cell.error_rate_baseline * nb), nb), (round(cell.error_rate_candidate * nc), nc)
 
 
-def _error_advice(lo: float, hi: float, budget: float, n: int) -> int:
-    """More requests per arm that would move the difference's interval off the budget (half-width as 1/sqrt(n))."""
-    d = abs((hi + lo) / 2 - budget)
-    if d == 0:
-        return MAX_ADVICE
-    return min(max(math.ceil(n * ((hi - lo) / 2 / d) ** 2) - n, 0), MAX_ADVICE)
-
-
 def error_guard(cell: CellComparison, budget: float) -> GuardTest:
     """The error rate as a two-proportion test of "candidate rate - baseline rate <= budget"."""
     (eb, nb), (ec, nc) = error_counts(cell)
@@ -180,15 +158,22 @@ def error_guard(cell: CellComparison, budget: float) -> GuardTest:
     numbers |= {"ci_low": lo, "ci_high": hi, "errors_baseline": eb, "errors_candidate": ec}
     numbers |= {"requests_baseline": nb, "requests_candidate": nc}
     p = error_p_beyond((eb, nb), (ec, nc), budget)
-    return GuardTest(cell.name, "error_rate", budget, p, hi <= budget, numbers, _error_advice(lo, hi, budget, min(nb, nc)))
+    return GuardTest(cell.name, "error_rate", budget, p, hi <= budget, numbers, error_advice(lo, hi, budget, min(nb, nc)))
 
 
-def guard_tests(cell: CellComparison, guardrails: GuardrailRule) -> list[GuardTest]:
-    return [
+def guard_tests(cell: CellComparison, guardrails: GuardrailRule, equivalence: EquivalenceRule | None = None) -> list[GuardTest]:
+    """The cell's guardrail tests: P99 E2E, P99 TTFT, error rate; goodput and greedy outputs when the plan asks."""
+    tests = [
         ratio_guard("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression, cell.name),
         ratio_guard("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression, cell.name),
         error_guard(cell, guardrails.max_error_rate_increase),
     ]
+    if guardrails.max_goodput_drop is not None and (g := goodput_guard(cell, guardrails.max_goodput_drop)) is not None:
+        tests.append(g)
+    if equivalence is not None and equivalence.guardrail:
+        if (e := equivalence_guard(cell, equivalence.max_extra_divergence)) is not None:
+            tests.append(e)
+    return tests
 
 
 def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
@@ -198,11 +183,15 @@ def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
     numbers = t.numbers | {"p_value": t.p_beyond}
     lo, hi = t.numbers["ci_low"], t.numbers["ci_high"]
     code: ReasonCode
-    if t.metric == "error_rate":
+    unresolved: ReasonCode
+    if t.codes is not None and t.what is not None:
+        what, (code, unresolved) = t.what, t.codes
+        text = f"{t.label} {t.verb} at {t.cell}: {what}"
+    elif t.metric == "error_rate":
         b, c = t.numbers["baseline"], t.numbers["candidate"]
         what = f"{b:.1%} -> {c:.1%} (difference 95% CI {lo:+.1%} to {hi:+.1%}), budget +{t.budget:.1%}"
         code, text = "error_rate_rose", f"error rate rose at {t.cell}: {what}"
-        unresolved: ReasonCode = "error_rate_unresolved"
+        unresolved = "error_rate_unresolved"
     else:
         what = f"x{t.numbers['ratio']:.2f} (95% CI x{lo:.2f} to x{hi:.2f}), budget +{t.budget:.0%}"
         code, text = "guardrail_regressed", f"{t.metric} regressed at {t.cell}: {what}"
@@ -213,14 +202,16 @@ def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
         return None
     need = t.more_requests_needed
     numbers["more_requests_needed"] = need
-    name = "error rate" if t.metric == "error_rate" else t.metric
+    name = t.label or ("error rate" if t.metric == "error_rate" else t.metric)
     text = f"{name} at {t.cell} straddles its budget: {what}; about {need} more requests per arm would resolve it"
     return Reason(code=unresolved, cell=t.cell, metric=t.metric, numbers=numbers, text=text)
 
 
-def guardrail_verdicts(cells: Sequence[CellComparison], guardrails: GuardrailRule) -> list[list[Reason]]:
+def guardrail_verdicts(
+    cells: Sequence[CellComparison], guardrails: GuardrailRule, equivalence: EquivalenceRule | None = None
+) -> list[list[Reason]]:
     """Per cell, its guardrails' reasons; the NO-GO claims made with Holm's correction over the whole plan."""
-    tests = [guard_tests(c, guardrails) for c in cells]
+    tests = [guard_tests(c, guardrails, equivalence) for c in cells]
     flat = [t for ts in tests for t in ts if t.unverified is None]
     beyond = {id(t): b for t, b in zip(flat, holm([t.p_beyond for t in flat]))}
     return [[r for t in ts if (r := guard_reason(t, beyond.get(id(t), False))) is not None] for ts in tests]
@@ -253,7 +244,7 @@ def condense(unsure: list[Reason], keep: int = 4) -> list[Reason]:
     rest = Reason(
         code="guardrails_unverified_more",
         numbers={"count": more},
-        text=f"... and {more} more unverified P99 guardrails (see the report)",
+        text=f"... and {more} more unverified guardrails (see the report)",
     )
     return others + guard[:keep] + [rest]
 
@@ -295,7 +286,15 @@ def one_arm_reason(c: OneArmCell) -> Reason:
 
 
 UNSURE: frozenset[str] = frozenset(
-    {"objective_undersampled", "guardrail_unverified", "guardrail_unresolved", "error_rate_unresolved", "cell_one_arm"}
+    {
+        "objective_undersampled",
+        "guardrail_unverified",
+        "guardrail_unresolved",
+        "error_rate_unresolved",
+        "goodput_unresolved",
+        "output_divergence_unresolved",
+        "cell_one_arm",
+    }
 )
 
 
@@ -320,12 +319,17 @@ def decide(
     guardrails: GuardrailRule,
     failures: Sequence[Failure] = (),
     one_arm: Sequence[OneArmCell] = (),
+    equivalence: EquivalenceRule | None = None,
 ) -> Verdict:
-    """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach)."""
+    """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach).
+
+    ``equivalence`` (the plan's ``equivalence:``) makes greedy-output divergence a guardrail when it says so;
+    its warning is given either way.
+    """
     higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
     lines = [cell_line(c, obj_name, higher) for c in cells]
-    guards = guardrail_verdicts(cells, guardrails)
+    guards = guardrail_verdicts(cells, guardrails, equivalence)
     found = failure_reasons(failures) + [
         r for c, line, g in zip(cells, lines, guards) for r in cell_reasons(c, line, objective, obj_name, guardrails, g)
     ]
@@ -358,7 +362,7 @@ def cell_warnings(cell: CellComparison) -> list[str]:
     gpu = higher_utilisation_warning(
         cell.name, cell.gpu_util_baseline, cell.gpu_util_candidate, cell.tokens_per_s_baseline, cell.tokens_per_s_candidate
     )
-    return out + ([gpu] if gpu else [])
+    return out + ([gpu] if gpu else []) + equivalence_warnings(cell)
 
 
 def crossover_brackets(cells: Sequence[CellComparison], higher_is_better: bool) -> list[Crossover]:

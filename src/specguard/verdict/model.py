@@ -7,6 +7,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.analysis.equivalence import SegmentEquivalence
 
 Status = Literal["better", "worse", "no detectable difference", "inconclusive"]
 VerdictName = Literal["GO", "NO-GO", "INCONCLUSIVE"]
@@ -27,6 +28,10 @@ ReasonCode = Literal[
     "error_rate_unresolved",
     "cell_one_arm",
     "preemptions_rose",
+    "goodput_dropped",
+    "goodput_unresolved",
+    "output_diverged",
+    "output_divergence_unresolved",
 ]
 
 
@@ -52,6 +57,17 @@ class GuardrailRule(Protocol):
     def max_error_rate_increase(self) -> float: ...
     @property
     def max_preemption_increase(self) -> float: ...
+    @property
+    def max_goodput_drop(self) -> float | None: ...
+
+
+class EquivalenceRule(Protocol):
+    """What the decision needs of the plan's ``equivalence:``: whether it is a guardrail, and its budget."""
+
+    @property
+    def guardrail(self) -> bool: ...
+    @property
+    def max_extra_divergence(self) -> float: ...
 
 
 class CellComparison(BaseModel):
@@ -83,6 +99,9 @@ class CellComparison(BaseModel):
     tokens_per_s_candidate: float | None = None
     client_warnings: list[str] = []
     metrics: dict[str, dict[str, RatioResult]] = {}
+    equivalence: SegmentEquivalence | None = Field(
+        default=None, description="greedy-output comparison (temperature-0 cells whose outputs were collected)"
+    )
 
     @property
     def name(self) -> str:
