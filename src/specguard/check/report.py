@@ -148,7 +148,7 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
     d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
     d.report_md.write_text(render_markdown(data))
     d.report_html.write_text(render_html(data))
-    forget_outputs(record.plan, out)  # the comparison is stored; the outputs themselves go unless kept
+    forget_outputs(record.measured_plan, out)  # the comparison is stored; the outputs themselves go unless kept
     return data.verdict
 
 
