@@ -198,7 +198,7 @@ def _traffic_form(v: Any) -> str:
 # The two forms of ``traffic:``, told apart by shape; their tags are taken out of error locations again
 # (``CheckPlan._untag``) so that an error names the key as written: traffic.0.rate, traffic.sweep.rates.
 Traffic = Annotated[
-    Annotated[list[TrafficLevel], Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")], Discriminator(_traffic_form)
+    Annotated[list[TrafficLevel], Field(min_length=1), Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")], Discriminator(_traffic_form)
 ]
 _TAGS = ("levels", "sweep")
 
@@ -257,8 +257,6 @@ class CheckPlan(FiniteModel):
 
     @model_validator(mode="after")
     def _names_unique_and_a_target(self) -> CheckPlan:
-        if isinstance(self.traffic, list) and not self.traffic:
-            raise ValueError("traffic: give at least one level, or {sweep: {...}}")
         for kind, names in (("traffic", [t.name for t in self.levels]), ("sampling", [s.name for s in self.sampling])):
             if len(set(names)) != len(names):
                 raise ValueError(f"{kind} names must be unique (got {names})")
