@@ -116,7 +116,7 @@ def test_report_data_is_built_once_and_every_renderer_quotes_it(tmp_path):
     md = render_markdown(data)
     assert f"**{v.verdict}**" in md and "## Reproduce" in md and CHECK_INTERVAL in md and "nan" not in md
     html = render_html(data)
-    assert html.count("Plotly.newPlot") == 4 and CHECK_RATIO in html and v.verdict in html
+    assert html.count("Plotly.newPlot") == 5 and CHECK_RATIO in html and v.verdict in html
     term = render_terminal(v, str(CheckDir(out).report_html))
     assert term.splitlines()[-1] == f"report: {out / 'report.html'}  (also report.md, verdict.json)"
     # the renderers read nothing: the same data renders the same text, and write_outputs writes exactly that
