@@ -16,11 +16,12 @@ from specguard.check.plan import load_plan
 from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.runner import run_check
 from specguard.embedded.launch import embedded_launcher
+from specguard.loadgen.runner import MatrixProgress
 
 DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
 
 
-def run_demo(out: Path, log: Callable[[str], None] = print) -> VerdictFile:
+def run_demo(out: Path, log: Callable[[str], None] = print, progress: MatrixProgress | None = None) -> VerdictFile:
     plan = load_plan(DEMO_PLAN)
-    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log)
+    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log, progress=progress)
     return write_outputs(record, out)

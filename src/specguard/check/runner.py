@@ -18,7 +18,7 @@ aside the interrupted block's partial runs, and refuses a changed plan.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,7 +29,7 @@ from specguard.check.record import ArmInventory, CheckRecord, CheckState
 from specguard.errors import Interrupted, OutputExistsError, RuntimeFailure, UsageError
 from specguard.inventory.collect import from_server, from_spec
 from specguard.loadgen.prompts import PromptSet, load_prompts
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.loadgen.runner import BenchConfig, MatrixProgress, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
@@ -126,11 +126,14 @@ def run_check(
     launcher: LaunchResolver,
     resume: bool = False,
     log: Callable[[str], None] = print,
+    progress: MatrixProgress | None = None,
 ) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
 
-    ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs.
+    ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs;
+    ``progress`` follows blocks, runs and requests (the CLI draws it on stderr).
     """
+    progress = progress or MatrixProgress()
     resolved = resolve_plan(plan, plan_path)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
@@ -143,6 +146,7 @@ def run_check(
     todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm) not in state.done]
     if resume:
         log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(todo)} to run")
+    progress.matrix_started(len(todo), len(todo) * runs_per_block(resolved), requests_to_run(resolved, [r for r, _ in todo]))
     arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
     launch: Launcher | None = None
     if todo and any(arms[a].launch is not None for _, a in todo):
@@ -151,20 +155,40 @@ def run_check(
     for rep, arm_name in todo:
         _set_aside_partial_runs(d, arm_name, rep, log)
         log(f"block: repetition {rep}, {arm_name}")
+        progress.block_started(block_name(rep, arm_name))
         arm = arms[arm_name]
         try:
             if arm.launch is not None:
                 assert launch is not None
-                _run_launched_block(resolved, d, state, arm, arm_name, rep, launch, arm.launch.port or port)
+                _run_launched_block(resolved, d, state, arm, arm_name, rep, launch, arm.launch.port or port, progress)
             else:
-                _run_endpoint_block(resolved, d, state, arm, arm_name, rep)
+                _run_endpoint_block(resolved, d, state, arm, arm_name, rep, progress)
         except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
             raise Interrupted(interrupted_message(resolved, d, rep, arm_name)) from exc
+        progress.block_finished()
         state.done.append(block_name(rep, arm_name))
         write_json_atomic(d.state_json, state)
         record = record.model_copy(update={"inventory": state.inventory, "failures": state.failures})
         write_json_atomic(d.check_json, record)
     return record
+
+
+def runs_per_block(resolved: ResolvedPlan) -> int:
+    plan = resolved.plan
+    return len(plan.traffic) * len(plan.sampling) * len(resolved.prompt_sets)
+
+
+def requests_to_run(resolved: ResolvedPlan, reps: Sequence[int]) -> int | None:
+    """The measured requests of the given blocks (by repetition), or None when a traffic level is timed."""
+    plan = resolved.plan
+    total = 0
+    for rep in reps:
+        for traffic in plan.traffic:
+            n = traffic.load_shape(plan.warmup, plan.seed + rep).num_requests
+            if n is None:
+                return None
+            total += n * len(plan.sampling) * len(resolved.prompt_sets)
+    return total
 
 
 def interrupted_message(resolved: ResolvedPlan, d: CheckDir, rep: int, arm: str) -> str:
@@ -193,6 +217,7 @@ def _run_launched_block(
     rep: int,
     launch: Launcher,
     port: int,
+    progress: MatrixProgress,
 ) -> None:
     assert arm.launch is not None
     spec = launch.specs[arm_name].model_copy(update={"port": port})
@@ -220,12 +245,16 @@ def _run_launched_block(
                 command=redact_argv(server.argv),
                 pinned=pinned,
             )
-        _run_block(resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server)
+        _run_block(
+            resolved, d, state, arm_name, rep, server.base_url, spec.name, server.metrics_url, None, server, progress=progress
+        )
     finally:
         server.stop()
 
 
-def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int) -> None:
+def _run_endpoint_block(
+    resolved: ResolvedPlan, d: CheckDir, state: CheckState, arm: Arm, arm_name: str, rep: int, progress: MatrixProgress
+) -> None:
     ep = arm.endpoint
     assert ep is not None
     api_key = resolved.api_keys[arm_name]
@@ -233,7 +262,7 @@ def _run_endpoint_block(resolved: ResolvedPlan, d: CheckDir, state: CheckState, 
         pinned = from_server(inspect_server(ep.base_url, api_key), None, None)
         state.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
     metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
-    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None, ep.gpu_metrics_url)
+    _run_block(resolved, d, state, arm_name, rep, ep.base_url, ep.model, metrics, api_key, None, ep.gpu_metrics_url, progress)
 
 
 def _run_block(
@@ -248,8 +277,10 @@ def _run_block(
     api_key: str | None,
     server: ManagedServer | None,
     gpu_metrics_url: str | None = None,
+    progress: MatrixProgress | None = None,
 ) -> None:
     plan = resolved.plan
+    progress = progress or MatrixProgress()
     for traffic in plan.traffic:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
@@ -270,7 +301,9 @@ def _run_block(
                     default_max_tokens=plan.max_tokens,
                     slo=plan.slo,
                 )
-                summary = run_async(run_bench(cfg))
+                progress.run_started(f"{arm} rep{rep} {traffic.name} / {sampling.name} / prompts {i}")
+                summary = run_async(run_bench(cfg, progress))
+                progress.run_finished()
                 if summary.interrupted:
                     raise Interrupted(interrupted_message(resolved, d, rep, arm))
                 oom = [
