@@ -19,7 +19,7 @@ from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
 from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
-from specguard.report.forest import forest
+from specguard.report.forest import REPORT_DEFINITIONS, forest
 from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
@@ -119,7 +119,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         inventory_diff=inv_diff,
         cells=cells,
         commands=commands(record, out),
-        definitions=check_definitions(),
+        definitions=check_definitions() | REPORT_DEFINITIONS,
     )
 
 

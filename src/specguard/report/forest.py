@@ -15,7 +15,20 @@ from collections.abc import Mapping, Sequence
 from specguard.report.data import Forest, ForestRow
 from specguard.verdict import CellComparison, Reason
 
-__all__ = ["deciding_cells", "deciding_line", "forest"]
+__all__ = ["REPORT_DEFINITIONS", "deciding_cells", "deciding_line", "forest"]
+
+# What the report's own figures mean; added to the check's definitions in verdict.json and both reports.
+REPORT_DEFINITIONS = {
+    "forest plot": "one row per cell, one panel per metric (the objective, P99 E2E, P99 TTFT): the ratio candidate / "
+    "baseline and its 95 % interval; dotted at x1 (no change), dashed at the line it is held to (1 - min_improvement "
+    "for a lower-is-better objective, 1 + it for a higher-is-better one, 1 + the budget for a guardrail); red rows "
+    "are those the verdict's reasons name. The error rate (a difference, not a ratio) is in the tables",
+    "deciding cells": "the cells and metrics named by the verdict's first-rank reasons (not the 'also:' ones)",
+    "ECDF": "empirical cumulative distribution: the fraction of values <= x, x on a log axis; drawn from every value "
+    "of the top 1 % and 600 evenly spaced ranks below, with p95 and p99 (numpy's linear rule, over all values) marked",
+    "warning groups": "the warnings of one kind counted (in runs for a run's client warnings, in cells for a cell's), "
+    "with the worst value and where it was; every warning's own text is kept",
+}
 
 
 def deciding_cells(reasons: Sequence[Reason]) -> dict[str, list[str]]:

@@ -78,6 +78,7 @@ def test_the_report_opens_with_the_forest_and_the_banner_names_the_deciding_cell
     assert lines == sorted([1.0] * 3 + [round(x, 6) for x in f.limits.values()])  # no change, and each metric's line
     md = render_markdown(data)
     assert f"**{line}**" in md and md.index("## Evidence") < md.index("## Per traffic level")
+    assert "- **forest plot**: one row per cell" in md and "- **ECDF**: empirical" in md  # the figures are defined
     assert line in render_terminal(v, "report.html")
 
 
