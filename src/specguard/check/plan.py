@@ -198,7 +198,8 @@ def _traffic_form(v: Any) -> str:
 # The two forms of ``traffic:``, told apart by shape; their tags are taken out of error locations again
 # (``CheckPlan._untag``) so that an error names the key as written: traffic.0.rate, traffic.sweep.rates.
 Traffic = Annotated[
-    Annotated[list[TrafficLevel], Field(min_length=1), Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")], Discriminator(_traffic_form)
+    Annotated[list[TrafficLevel], Field(min_length=1), Tag("levels")] | Annotated[TrafficSweep, Tag("sweep")],
+    Discriminator(_traffic_form),
 ]
 _TAGS = ("levels", "sweep")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.analysis.definitions import METRIC_DEFINITIONS, check_definitions
+from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
 from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
@@ -20,9 +20,11 @@ from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
 from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
+from specguard.report.forest import REPORT_DEFINITIONS, forest
 from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
+from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RunInfo
 from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
@@ -106,25 +108,38 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
     warnings = verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
+    runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     return VerdictFile(
         **verdict.model_dump(exclude={"reasons", "warnings"}),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
         warnings=warnings,
+        warning_groups=group_warnings(warnings, runs=runs, cells=len(cells)),
         plan=plan.name,
         exit_code=EXIT_CODES[verdict.verdict],
         inventory=inventory,
         inventory_diff=inv_diff,
         cells=cells,
         commands=commands(record, out),
-        definitions=check_definitions(),
+        definitions=check_definitions() | REPORT_DEFINITIONS,
     )
 
 
 def build_report_data(record: CheckRecord, out: Path) -> ReportData:
     """Everything the report shows: the verdict and the chart series, gathered once from the stored runs."""
     v = build_verdict(record, out)
-    return ReportData(verdict=v, charts=charts(record.measured_plan, out, v.cells), out=str(out))
+    plan = record.measured_plan
+    g = plan.guardrails
+    evidence = forest(
+        v.cells,
+        v.objective,
+        plan.objective.metric in HIGHER_IS_BETTER,
+        plan.objective.min_improvement,
+        {"P99 E2E": g.max_p99_e2e_regression, "P99 TTFT": g.max_p99_ttft_regression},
+        v.reason_details,
+    )
+    drawn = charts(plan, out, v.cells).model_copy(update={"forest": evidence})
+    return ReportData(verdict=v, charts=drawn, out=str(out))
 
 
 def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:

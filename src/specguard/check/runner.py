@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -35,7 +35,7 @@ from specguard.inventory.collect import from_server, from_spec
 from specguard.lifetime import set_cpus
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.recorder import OutputMode
-from specguard.loadgen.runner import BenchConfig, run_async, run_bench
+from specguard.loadgen.runner import BenchConfig, MatrixProgress, run_async, run_bench
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, load_summary, read_json, read_jsonl, write_json_atomic
@@ -131,16 +131,19 @@ def run_check(
     launcher: LaunchResolver,
     resume: bool = False,
     log: Callable[[str], None] = print,
+    progress: MatrixProgress | None = None,
 ) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
 
-    ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs.
+    ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs;
+    ``progress`` follows blocks, runs and requests (the CLI draws it on stderr).
     """
+    progress = progress or MatrixProgress()
     resolved = resolve_plan(plan, plan_path)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
-    run = _Run(resolved, d, state, launcher, log)
+    run = _Run(resolved, d, state, launcher, log, progress)
     run.save()
     if resume:
         log(f"resuming: {len(state.done)} of {len(state.blocks)} blocks done, {len(state.missing)} to run or choose")
@@ -160,6 +163,7 @@ class _Run:
     state: CheckState
     launcher: LaunchResolver
     log: Callable[[str], None]
+    progress: MatrixProgress
     launch: Launcher | None = None
     port: int = 0
 
@@ -188,21 +192,28 @@ class _Run:
             self.launch = self.launcher(plan, self.log)
         if not self.port:
             self.port = free_port()
+        if todo:  # a sweep's stages each count their own blocks, runs and requests
+            reps = [r for r, _ in todo]
+            runs = len(todo) * runs_per_block(self.resolved, levels)
+            self.progress.matrix_started(len(todo), runs, requests_to_run(self.resolved, levels, reps))
         for rep, arm_name in todo:
             name = block_name(rep, arm_name, stage)
             keys = None if stage is None else _cell_keys(plan, levels)
             _set_aside_partial_runs(d, arm_name, rep, self.log, keys)
             self.log(f"block: {'' if stage is None else stage + ', '}repetition {rep}, {arm_name}")
+            self.progress.block_started(name)
             arm = arms[arm_name]
             try:
                 if arm.launch is not None:
                     assert self.launch is not None
                     port = arm.launch.port or self.port
-                    _run_launched_block(self.resolved, d, state, arm, arm_name, rep, self.launch, port, levels, name)
+                    launch = self.launch
+                    _run_launched_block(self.resolved, d, state, arm, arm_name, rep, launch, port, levels, name, self.progress)
                 else:
-                    _run_endpoint_block(self.resolved, d, state, arm, arm_name, rep, levels, name)
+                    _run_endpoint_block(self.resolved, d, state, arm, arm_name, rep, levels, name, self.progress)
             except KeyboardInterrupt as exc:  # between runs (a server starting): the same stop as within one
                 raise Interrupted(interrupted_message(self.resolved, d, name)) from exc
+            self.progress.block_finished()
             state.done.append(name)
             self.save()
 
@@ -262,6 +273,24 @@ def _paid(plan: CheckPlan, sweep: SweepRecord, out: Path) -> dict[str, bool]:
     return paid
 
 
+def runs_per_block(resolved: ResolvedPlan, levels: Sequence[TrafficLevel]) -> int:
+    plan = resolved.plan
+    return len(levels) * len(plan.sampling) * len(resolved.prompt_sets)
+
+
+def requests_to_run(resolved: ResolvedPlan, levels: Sequence[TrafficLevel], reps: Sequence[int]) -> int | None:
+    """The measured requests of the given blocks (by repetition), or None when a traffic level is timed."""
+    plan = resolved.plan
+    total = 0
+    for rep in reps:
+        for traffic in levels:
+            n = traffic.load_shape(plan.warmup, plan.seed + rep).num_requests
+            if n is None:
+                return None
+            total += n * len(plan.sampling) * len(resolved.prompt_sets)
+    return total
+
+
 def interrupted_message(resolved: ResolvedPlan, d: CheckDir, block: str) -> str:
     return (
         f"interrupted in the {block} block; no verdict. Continue with: "
@@ -302,6 +331,7 @@ def _run_launched_block(
     port: int,
     levels: list[TrafficLevel],
     block: str,
+    progress: MatrixProgress,
 ) -> None:
     assert arm.launch is not None
     spec = launch.specs[arm_name].model_copy(update={"port": port})
@@ -332,7 +362,7 @@ def _run_launched_block(
                 pinned=pinned,
             )
         where = (server.base_url, spec.name, server.metrics_url, None)
-        _run_block(resolved, d, state, arm_name, rep, where, levels, block, server)
+        _run_block(resolved, d, state, arm_name, rep, where, levels, block, server, progress=progress)
     finally:
         server.stop()
         set_cpus(previous_cpus)
@@ -347,6 +377,7 @@ def _run_endpoint_block(
     rep: int,
     levels: list[TrafficLevel],
     block: str,
+    progress: MatrixProgress,
 ) -> None:
     ep = arm.endpoint
     assert ep is not None
@@ -356,7 +387,7 @@ def _run_endpoint_block(
         state.inventory[arm_name] = ArmInventory(arm=arm_name, kind="endpoint", model=ep.model, pinned=pinned)
     metrics = ep.metrics_url or f"{server_root(ep.base_url)}/metrics"
     where = (ep.base_url, ep.model, metrics, api_key)
-    _run_block(resolved, d, state, arm_name, rep, where, levels, block, None, ep.gpu_metrics_url)
+    _run_block(resolved, d, state, arm_name, rep, where, levels, block, None, ep.gpu_metrics_url, progress)
 
 
 def _run_block(
@@ -370,11 +401,13 @@ def _run_block(
     block: str,
     server: ManagedServer | None,
     gpu_metrics_url: str | None = None,
+    progress: MatrixProgress | None = None,
 ) -> None:
     """One block: every level x sampling setting x prompt source; ``where`` is (base URL, model, metrics URL, key)."""
     plan = resolved.plan
     plan_arm: Arm = getattr(plan.arms, arm)
     base_url, model, metrics_url, api_key = where
+    progress = progress or MatrixProgress()
     for traffic in levels:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
@@ -399,7 +432,9 @@ def _run_block(
                     labels=plan.labels,
                     outputs=_outputs_mode(plan, sampling.temperature),
                 )
-                summary = run_async(run_bench(cfg))
+                progress.run_started(f"{arm} rep{rep} {traffic.name} / {sampling.name} / prompts {i}")
+                summary = run_async(run_bench(cfg, progress))
+                progress.run_finished()
                 if summary.interrupted:
                     raise Interrupted(interrupted_message(resolved, d, block))
                 oom = [

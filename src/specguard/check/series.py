@@ -9,15 +9,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from specguard.analysis.compare import metric_values
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.check.plan import CheckPlan
-from specguard.report.data import AcceptanceBars, ArmDistribution, Charts, GaugeTrace, GpuPanel, GpuTrace, LoadSeries
+from specguard.report.data import (
+    AcceptanceBars,
+    ArmDistribution,
+    Charts,
+    Ecdf,
+    GaugeTrace,
+    GpuPanel,
+    GpuTrace,
+    LoadSeries,
+)
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.store import load_gpu_samples, load_run, load_summary
 from specguard.verdict import CellComparison, crossover_brackets
 
-MAX_ITL_POINTS = 20000  # a box plot of more per-token values only makes the page heavier
+MAX_ITL_POINTS = 20000  # more per-token values only make the report's data heavier
+ECDF_BODY_POINTS = 600  # evenly spaced ranks: enough for a smooth body on a 1300-px-wide page
+ECDF_TAIL = 0.01  # every value of the top 1 % is drawn: the tail is what a box plot's whiskers flattened
 
 
 def _cell_runs(plan: CheckPlan, d: CheckDir, arm: str, traffic: str, sampling: str) -> list[Path]:
@@ -49,6 +62,19 @@ def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSe
     return out
 
 
+def ecdf(values: Sequence[float]) -> Ecdf | None:
+    """The empirical CDF of ``values`` thinned for drawing, with p50/p95/p99 (numpy's linear rule, as the summaries)."""
+    v = np.sort(np.asarray([x for x in values if np.isfinite(x)], dtype=float))
+    n = len(v)
+    if n == 0:
+        return None
+    body = np.linspace(0, n - 1, min(n, ECDF_BODY_POINTS)).round().astype(int)
+    tail = np.arange(min(int(n * (1 - ECDF_TAIL)), n - 1), n)
+    idx = np.unique(np.concatenate([body, tail]))
+    p50, p95, p99 = (float(x) for x in np.percentile(v, [50, 95, 99]))
+    return Ecdf(x=v[idx].tolist(), y=((idx + 1) / n).tolist(), n=n, p50=p50, p95=p95, p99=p99)
+
+
 def distributions(plan: CheckPlan, d: CheckDir, target: str) -> list[ArmDistribution]:
     out = []
     for arm in ARMS:
@@ -59,7 +85,7 @@ def distributions(plan: CheckPlan, d: CheckDir, target: str) -> list[ArmDistribu
                 records = load_run(run)[1]
                 itl += [x for r in metric_values(records, "itl_ms") for x in r]
                 tpot += [x for r in metric_values(records, "tpot_ms") for x in r]
-        out.append(ArmDistribution(arm=arm, itl_ms=itl[:MAX_ITL_POINTS], tpot_ms=tpot))
+        out.append(ArmDistribution(arm=arm, itl_ms=itl[:MAX_ITL_POINTS], tpot_ms=tpot, itl_ecdf=ecdf(itl), tpot_ecdf=ecdf(tpot)))
     return out
 
 

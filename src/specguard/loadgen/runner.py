@@ -99,6 +99,24 @@ class ProgressSink:
     def finished(self, progress: RecordWritten) -> None: ...
 
 
+class MatrixProgress(ProgressSink):
+    """A matrix of runs (a check's blocks x cells): its shape, each block and run as it starts, and every request.
+
+    The per-request events are ProgressSink's, so one object follows the whole check; the base ignores all.
+    """
+
+    def matrix_started(self, blocks: int, runs: int, requests: int | None) -> None:
+        """What is to run: blocks, runs in all, and requests in all (None when a run is timed, not counted)."""
+
+    def block_started(self, name: str) -> None: ...
+
+    def run_started(self, cell: str) -> None: ...
+
+    def run_finished(self) -> None: ...
+
+    def block_finished(self) -> None: ...
+
+
 class _Run:
     def __init__(self, cfg: BenchConfig, recorder: Recorder):
         self.cfg = cfg

@@ -8,10 +8,13 @@ under report/ imports from the check package (tests/unit/report/test_report.py c
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
+from specguard.report.warning_groups import WarningGroup
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 
 VERDICT_SCHEMA = "specguard.verdict/1"
@@ -35,6 +38,7 @@ class VerdictFile(BaseModel):
     commands: list[str]
     definitions: dict[str, str]
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
+    warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
 
 
 class LoadSeries(BaseModel):
@@ -52,10 +56,46 @@ class LoadSeries(BaseModel):
     p99_e2e_ci: list[tuple[float, float]] = Field(default_factory=list)
 
 
+class Ecdf(BaseModel):
+    """An empirical CDF, thinned for drawing (every point of the top 1 %, evenly spaced ranks below), and its marks."""
+
+    x: list[float]
+    y: list[float]  # the fraction of values <= x
+    n: int
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
 class ArmDistribution(BaseModel):
     arm: str
     itl_ms: list[float]
     tpot_ms: list[float]
+    itl_ecdf: Ecdf | None = None
+    tpot_ecdf: Ecdf | None = None
+
+
+class ForestRow(BaseModel):
+    """One cell's ratio candidate / baseline for the objective or a guardrail, its interval and the line it is held to."""
+
+    cell: str
+    metric: str  # the reasons' name for it: "p95 itl_ms", "P99 E2E", "P99 TTFT"
+    role: Literal["objective", "guardrail"]
+    ratio: float
+    ci_low: float
+    ci_high: float
+    limit: float  # the objective's 1 -/+ min improvement, or a guardrail's 1 + budget
+    target: bool
+    deciding: bool  # a reason of the verdict names this cell and metric
+
+
+class Forest(BaseModel):
+    """The evidence first: every cell's ratios with intervals, per metric, against its line."""
+
+    metrics: list[str]  # in the order drawn: the objective, then each guardrail
+    limits: dict[str, float]
+    limit_labels: dict[str, str]  # "min improvement 10 %", "budget +20 %"
+    rows: list[ForestRow]
 
 
 class AcceptanceBars(BaseModel):
@@ -99,6 +139,7 @@ class Charts(BaseModel):
     gauges: list[GaugeTrace]
     gpu: list[GpuPanel] = Field(default_factory=list)
     crossovers: list[Crossover] = Field(default_factory=list, description="marked on the latency-versus-load chart")
+    forest: Forest | None = None
 
 
 class ReportData(BaseModel):

@@ -15,11 +15,15 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from specguard.report.data import Charts, ReportData
+from specguard.report.data import ArmDistribution, Charts, Ecdf, Forest, ReportData
+from specguard.report.forest import deciding_line
 from specguard.report.markdown import pinned_line
-from specguard.report.numbers import fmt, fmt_percent, fmt_samples
+from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
 
-__all__ = ["COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
+__all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
+
+# the check page's charts, in the order drawn; the Chromium test finds each by its id
+CHART_IDS = ("forest", "latency-vs-load", "distributions", "acceptance", "server-gauges", "gpu-panels")
 
 COLORS = {"baseline": "#636efa", "candidate": "#ef553b", "control": "#00cc96"}
 TEMPLATES = Path(__file__).with_name("templates")
@@ -77,13 +81,106 @@ def latency_vs_load(c: Charts) -> str:
     return chart_div(fig, "latency-vs-load")
 
 
+def _row_label(cell: str, target: bool) -> str:
+    return f"{cell} (target)" if target else cell
+
+
+def forest_plot(f: Forest | None) -> str:
+    """One panel per metric (the objective, then each ratio guardrail), one row per cell: the ratio and its 95 %
+    interval, x = 1 dotted, the minimum improvement or budget dashed; rows a reason of the verdict names in red."""
+    fig = make_subplots(
+        rows=1,
+        cols=max(len(f.metrics), 1) if f else 1,
+        shared_yaxes=True,
+        subplot_titles=[f"{m}: {f.limit_labels[m]}" for m in f.metrics] if f else None,
+    )
+    if f is None or not f.rows:
+        fig.add_annotation(text="no cell has a ratio with an interval", showarrow=False)
+        return chart_div(fig, "forest")
+    labels = list(dict.fromkeys(_row_label(r.cell, r.target) for r in f.rows))
+    for col, metric in enumerate(f.metrics, start=1):
+        rows = [r for r in f.rows if r.metric == metric]
+        for deciding in (False, True):
+            sel = [r for r in rows if r.deciding == deciding]
+            if not sel:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.ratio for r in sel],
+                    y=[_row_label(r.cell, r.target) for r in sel],
+                    mode="markers",
+                    marker={"color": "#c62828" if deciding else "#333", "size": 9, "symbol": "diamond" if deciding else "circle"},
+                    error_x={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [r.ci_high - r.ratio for r in sel],
+                        "arrayminus": [r.ratio - r.ci_low for r in sel],
+                    },
+                    text=[fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high) for r in sel],
+                    hovertemplate="%{y}<br>%{text}<extra>" + metric + "</extra>",
+                    name="deciding cell" if deciding else "cell",
+                    legendgroup="deciding" if deciding else "cell",
+                    showlegend=col == 1,
+                ),
+                1,
+                col,
+            )
+        fig.add_vline(x=1.0, line={"dash": "dot", "color": "#888"}, row=1, col=col)
+        fig.add_vline(x=f.limits[metric], line={"dash": "dash", "color": "#ef6c00"}, row=1, col=col)
+        fig.update_xaxes(title_text="candidate / baseline", row=1, col=col)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(labels)))
+    fig.update_layout(title="Evidence: ratio candidate / baseline per cell, 95 % interval (dashed: the line it is held to)")
+    height = max(260, 110 + 34 * len(labels))
+    return chart_div(fig, "forest", height=height)
+
+
+def _ecdf_traces(fig: go.Figure, d: ArmDistribution, e: Ecdf | None, col: int) -> None:
+    if e is None:
+        return
+    color = COLORS[d.arm]
+    fig.add_trace(
+        go.Scatter(
+            x=e.x,
+            y=e.y,
+            mode="lines",
+            line={"color": color, "shape": "hv"},
+            name=f"{d.arm} (n={e.n})",
+            showlegend=col == 1,
+            legendgroup=d.arm,
+        ),
+        1,
+        col,
+    )
+    marks = [(name, q, v) for name, q, v in (("p95", 0.95, e.p95), ("p99", 0.99, e.p99)) if v is not None]
+    fig.add_trace(
+        go.Scatter(
+            x=[v for *_, v in marks],
+            y=[q for _, q, _ in marks],
+            mode="markers+text",
+            text=[f"{name} {v:.3g}" for name, _, v in marks],
+            textposition="middle left" if d.arm == "baseline" else "middle right",
+            marker={"color": color, "size": 8, "symbol": "line-ns-open", "line": {"width": 2, "color": color}},
+            showlegend=False,
+            legendgroup=d.arm,
+            hoverinfo="text",
+        ),
+        1,
+        col,
+    )
+
+
 def distributions(c: Charts) -> str:
+    """ECDFs on a log axis, body and tail both visible, with the p95 and p99 of each arm marked."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("per-token ITL (ms)", "TPOT (ms)"))
     for d in c.distributions:
-        fig.add_trace(go.Box(y=d.itl_ms, name=d.arm, marker_color=COLORS[d.arm], boxpoints=False), 1, 1)
-        fig.add_trace(go.Box(y=d.tpot_ms, name=d.arm, marker_color=COLORS[d.arm], showlegend=False), 1, 2)
-    fig.update_layout(title=f"Distributions at the target level '{c.target}' (all sampling settings)")
-    return chart_div(fig, "distributions")
+        _ecdf_traces(fig, d, d.itl_ecdf, 1)
+        _ecdf_traces(fig, d, d.tpot_ecdf, 2)
+    if not any(d.itl_ecdf or d.tpot_ecdf for d in c.distributions):
+        fig.add_annotation(text="no request produced two tokens", showarrow=False)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(title_text="fraction of values <= x", range=[0, 1.02], row=1, col=1)
+    fig.update_layout(title=f"Distributions at the target level '{c.target}' (all sampling settings): ECDF, log axis")
+    return chart_div(fig, "distributions", height=420)
 
 
 def acceptance(c: Charts) -> str:
@@ -134,7 +231,7 @@ def gpu_panels(c: Charts) -> str | None:
 
 def render_html(data: ReportData) -> str:
     c = data.charts
-    charts = [latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
+    charts = [forest_plot(c.forest), latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
     gpu = gpu_panels(c)
     if gpu is not None:
         charts.append(gpu)
@@ -144,7 +241,10 @@ def render_html(data: ReportData) -> str:
         charts=charts,
         out=data.out,
         pinned_line=pinned_line,
+        deciding=deciding_line(data.verdict.reason_details),
         fmt=fmt,
+        fmt_ratio=fmt_ratio,
+        fmt_ratio_ci=fmt_ratio_ci,
         fmt_percent=fmt_percent,
         fmt_samples=fmt_samples,
     )

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from specguard.inventory.model import Inventory, ModelIdentity
-from specguard.report.data import ReportData
-from specguard.report.numbers import fmt, fmt_range, fmt_samples
+from specguard.report.data import Forest, ReportData, VerdictFile
+from specguard.report.forest import deciding_line
+from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
 
-__all__ = ["definition_lines", "md_cell", "md_table", "pinned_line", "render_markdown"]
+__all__ = ["definition_lines", "evidence_table", "md_cell", "md_table", "pinned_line", "render_markdown", "warning_lines"]
 
 
 def md_cell(text: object) -> str:
@@ -46,11 +47,41 @@ def pinned_line(p: Inventory) -> str:
     )
 
 
+def evidence_table(f: Forest | None) -> list[str]:
+    """The forest plot as a table: one row per cell, one column per metric, the deciding entries in bold."""
+    if f is None or not f.rows:
+        return []
+    cells = list(dict.fromkeys((r.cell, r.target) for r in f.rows))
+    by = {(r.cell, r.metric): r for r in f.rows}
+    header = ["cell", *[f"{m} ({f.limit_labels[m]})" for m in f.metrics]]
+    rows = []
+    for cell, target in cells:
+        row: list[object] = [cell + (" (target)" if target else "")]
+        for m in f.metrics:
+            r = by.get((cell, m))
+            text = "-" if r is None else fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high)
+            row.append(f"**{text}**" if r is not None and r.deciding else text)
+        rows.append(row)
+    return md_table(header, rows)
+
+
+def warning_lines(v: VerdictFile) -> list[str]:
+    """One line per kind of warning, with its count and worst value (every warning when none was grouped)."""
+    if v.warning_groups:
+        return [g.line for g in v.warning_groups]
+    return list(v.warnings)
+
+
 def render_markdown(data: ReportData) -> str:
     v = data.verdict
     out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
+    deciding = deciding_line(v.reason_details)
+    out += [f"**{deciding}**", ""] if deciding else []
     out += [f"- {r}" for r in v.reasons] + [""]
     out += [f"Objective: {v.objective}.", ""]
+    evidence = evidence_table(data.charts.forest)
+    if evidence:
+        out += ["## Evidence: ratio candidate / baseline per cell (bold: named by the verdict)", "", *evidence, ""]
     out += [
         "## Per traffic level and segment",
         "",
@@ -61,21 +92,21 @@ def render_markdown(data: ReportData) -> str:
     if v.crossover:
         out += ["", "## Crossover", ""] + [f"- {c}" for c in v.crossover]
     if v.warnings:
-        out += ["", "## Warnings (they do not change the verdict)", ""] + [f"- {w}" for w in v.warnings]
+        out += ["", "## Warnings (they do not change the verdict)", ""] + [f"- {w}" for w in warning_lines(v)]
     out += [
         "",
         "## Percentiles (ms), candidate / baseline with 95% interval",
         "",
-        "| cell | metric | pct | baseline | candidate | ratio | 95% CI | samples |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cell | metric | pct | baseline | candidate | ratio, 95 % CI | samples |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in v.cells:
         for metric, by_q in c.metrics.items():
             for q, r in by_q.items():
                 out.append(
                     f"| {c.name} | {metric} | {q} | {fmt(r.baseline)} ({fmt_range(*r.baseline_ci)}) | "
-                    f"{fmt(r.candidate)} ({fmt_range(*r.candidate_ci)}) | {fmt(r.ratio, 3)} | "
-                    f"{fmt_range(r.ci_low, r.ci_high, 3)} | {fmt_samples(r.enough_samples, r.more_requests_needed)} |"
+                    f"{fmt(r.candidate)} ({fmt_range(*r.candidate_ci)}) | {fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high)} | "
+                    f"{fmt_samples(r.enough_samples, r.more_requests_needed)} |"
                 )
     out += ["", "## Inventory", ""]
     for inv in v.inventory.values():

@@ -1,17 +1,22 @@
-"""Rich tables of run summaries, alone or side by side, and the live progress display."""
+"""Rich tables of run summaries, alone or side by side, and the live progress displays (bench, check, steps).
+
+Progress goes to the console it is given (stderr in the CLI) and only when ``show_progress`` says so: not
+with ``--quiet``, and not when that console is not a terminal (a log file or CI gets the log lines only).
+"""
 
 from __future__ import annotations
 
 import time
+from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from specguard.analysis.compare import Comparison
 from specguard.analysis.definitions import RATIO_FOOTNOTE, SUMMARY_FOOTNOTE
 from specguard.loadgen.recorder import RecordWritten
-from specguard.loadgen.runner import ProgressSink
+from specguard.loadgen.runner import MatrixProgress, ProgressSink
 from specguard.report.numbers import fmt, fmt_samples
 from specguard.results.models import GaugeSeries, GpuUsage, Percentiles, Summary
 
@@ -140,6 +145,11 @@ def print_comparison(console: Console, result: Comparison) -> None:
         console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
 
 
+def show_progress(console: Console, quiet: bool) -> bool:
+    """Whether to draw a live progress display: not asked to be quiet, and the console is a terminal."""
+    return not quiet and console.is_terminal
+
+
 class RichProgress(ProgressSink):
     """Requests done/failed, achieved rate, output tokens/s and ETA."""
 
@@ -175,3 +185,100 @@ class RichProgress(ProgressSink):
 
     def close(self) -> None:
         self.progress.stop()
+
+
+class RichCheckProgress(MatrixProgress):
+    """A check's (or the demo's) blocks, runs and requests done, each with its ETA, and the current block and run."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<9}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[now]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self.blocks = self.progress.add_task("blocks", total=None, now="")
+        self.runs = self.progress.add_task("runs", total=None, now="")
+        self.requests = self.progress.add_task("requests", total=None, now="")
+        self.failed = 0
+
+    def matrix_started(self, blocks: int, runs: int, requests: int | None) -> None:
+        self.progress.update(self.blocks, total=blocks)
+        self.progress.update(self.runs, total=runs)
+        self.progress.update(self.requests, total=requests)
+        self.progress.start()
+
+    def block_started(self, name: str) -> None:
+        self.progress.update(self.blocks, now=name)
+
+    def run_started(self, cell: str) -> None:
+        self.progress.update(self.runs, now=cell)
+
+    def finished(self, progress: RecordWritten) -> None:
+        self.failed += 0 if progress.ok else 1
+        self.progress.update(self.requests, advance=1, now=f"{self.failed} failed" if self.failed else "")
+
+    def run_finished(self) -> None:
+        self.progress.advance(self.runs)
+
+    def block_finished(self) -> None:
+        self.progress.advance(self.blocks)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+class StepProgress:
+    """A long operation of named steps (an install): each step logged as a line, the current one shown with a
+    spinner and its elapsed time while it lasts; ``live=False`` (quiet, not a terminal) logs the lines only."""
+
+    def __init__(self, console: Console, live: bool, first: str) -> None:
+        self.console = console
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+        self.task = self.progress.add_task(first, total=None)
+        self.live = live
+
+    def __enter__(self) -> StepProgress:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def step(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+        self.progress.reset(self.task, description=text)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live:
+            self.progress.stop()
+
+
+class CountProgress:
+    """Counts that grow with no known total (an assessment's requests read and replayed), with elapsed time.
+
+    Redrawn at most every 0.1 s: the log streams at many thousand requests a second, the display need not.
+    """
+
+    def __init__(self, console: Console, live: bool, what: str) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+        self.task = self.progress.add_task(what, total=None)
+        self.what = what
+        self.live = live
+        self.shown = 0.0
+
+    def __enter__(self) -> CountProgress:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def requests(self, read: int, replayed: int) -> None:
+        now = time.monotonic()
+        if self.live and now - self.shown >= 0.1:
+            self.shown = now
+            self.progress.update(self.task, description=f"{self.what}: {read} requests read, {replayed} replayed")
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live:
+            self.progress.stop()

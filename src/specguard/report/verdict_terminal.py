@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
 from specguard.report.data import VerdictFile
+from specguard.report.forest import deciding_line
 
 COLOURS = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}
 
@@ -10,9 +13,12 @@ COLOURS = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}
 def render_terminal(v: VerdictFile, report_html: str) -> str:
     colour = COLOURS[v.verdict]
     out = [f"[bold {colour}]{v.verdict}[/bold {colour}]  ({v.objective})"]
+    deciding = deciding_line(v.reason_details)
+    out += [f"  [bold]{escape(deciding)}[/bold]"] if deciding else []
     out += [f"  - {r}" for r in v.reasons]
     out += [f"  {x.traffic:>10} / {x.sampling} / {x.segment}: {x.status}: {x.text}" for x in v.lines]
     out += [f"  crossover: {c}" for c in v.crossover]
-    out += [f"  [yellow]warning[/yellow] {w}" for w in v.warnings]
+    warnings = [g.line for g in v.warning_groups] if v.warning_groups else v.warnings
+    out += [f"  [yellow]warning[/yellow] {escape(w)}" for w in warnings]
     out.append(f"report: {report_html}  (also report.md, verdict.json)")
     return "\n".join(out)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import higher_utilisation_warning
+from specguard.report.numbers import fmt_change, fmt_ratio_ci
 from specguard.verdict.budget_tests import (
     error_difference_interval,
     error_p_beyond,
@@ -76,10 +77,10 @@ def failure_reasons(failures: Sequence[Failure]) -> list[Reason]:
 
 
 def cell_line(cell: CellComparison, obj_name: str, higher: bool) -> CellLine:
-    gain, low, high = objective_gain(cell.objective, higher)
+    o = cell.objective
+    # a ratio with its interval, never "1 - ratio" as a percentage: that once read "-1197516 %"
     text = (
-        f"{obj_name} {cell.objective.baseline:.2f} -> {cell.objective.candidate:.2f} "
-        f"({gain:+.1%}, 95% CI {low:+.1%} to {high:+.1%})"
+        f"{obj_name} {o.baseline:.2f} -> {o.candidate:.2f} ({fmt_ratio_ci(o.ratio, o.ci_low, o.ci_high)}; {fmt_change(o.ratio)})"
     )
     status = cell_status(cell, higher)
     return CellLine(traffic=cell.traffic, sampling=cell.sampling, segment=cell.segment, status=status, text=text)

@@ -248,13 +248,14 @@ def assess(
     suffix: bool = True,
     max_model_len: int = NO_LIMIT,
     load: LoadFacts | None = None,
-    progress: Callable[[int], None] = lambda _n: None,
+    progress: Callable[[int, int], None] = lambda _read, _replayed: None,
     collect: list[dict[str, Any]] | None = None,
     collect_max: int = 200,
     requests_out: Path | None = None,
 ) -> AssessReport:
     """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items;
-    ``requests_out`` gets one JSON line per request with its own replay under the default configs."""
+    ``requests_out`` gets one JSON line per request with its own replay under the default configs;
+    ``progress`` is told, after each request, how many were read and how many replayed."""
     skipped = SkipCounter() if skip_bad else None
     caches = (
         {
@@ -308,7 +309,7 @@ def assess(
                     )
                     + "\n"
                 )
-            progress(n + 1)
+            progress(n + 1, outputs)  # requests read, and replayed (those with a response)
     finally:
         if per_request is not None:
             per_request.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -55,14 +56,17 @@ class AssessRequest(BaseModel):
     force: bool = False
 
 
-def run_assessment(req: AssessRequest) -> AssessReport:
-    """Gate 1 on one log: checks, load facts, tokenizer, the assessment, and the next check plan if asked."""
+def run_assessment(req: AssessRequest, progress: Callable[[int, int], None] | None = None) -> AssessReport:
+    """Gate 1 on one log: checks, load facts, tokenizer, the assessment, and the next check plan if asked.
+
+    ``progress`` is told the requests read and replayed as the log streams (the CLI draws it on stderr).
+    """
     _check_options(req)
     rules = segment_rules(req.segment_rules)
     load = _load_facts(req)
     tok = _tokenizer(req)
     items: list[dict[str, object]] = []
-    report = _assess(req, tok, rules, load, items)
+    report = _assess(req, tok, rules, load, items, progress or (lambda _read, _replayed: None))
     if req.write_plan is not None:
         path = write_check_plan(report, items, req.write_plan, str(req.target_model), req.max_model_len)
         report.check_plan = str(path) if path else None
@@ -128,7 +132,12 @@ def _tokenizer(req: AssessRequest) -> LocalTokenizer | ServerTokenizer:
 
 
 def _assess(
-    req: AssessRequest, tok: LocalTokenizer | ServerTokenizer, rules: Rules, load: LoadFacts, items: list[dict[str, object]]
+    req: AssessRequest,
+    tok: LocalTokenizer | ServerTokenizer,
+    rules: Rules,
+    load: LoadFacts,
+    items: list[dict[str, object]],
+    progress: Callable[[int, int], None],
 ) -> AssessReport:
     try:
         return assess(
@@ -144,6 +153,7 @@ def _assess(
             load=load,
             collect=items,
             requests_out=req.requests_out,
+            progress=progress,
         )
     except Exception:
         if req.requests_out is not None:

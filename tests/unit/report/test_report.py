@@ -36,7 +36,7 @@ PLAN = {
 }
 
 
-def _records(rng: np.random.Generator, scale: float, n: int) -> list[RequestRecord]:
+def _records(rng: np.random.Generator, scale: float, n: int, send_lag_s: float = 0.0) -> list[RequestRecord]:
     out = []
     for i in range(n):
         ttft = 0.02 * rng.lognormal(0, 0.3)
@@ -53,7 +53,7 @@ def _records(rng: np.random.Generator, scale: float, n: int) -> list[RequestReco
                 http_status=200,
                 scheduled_s=i,
                 sent_s=i,
-                send_lag_s=0,
+                send_lag_s=send_lag_s,
                 ttft_s=times[0],
                 e2e_s=times[-1],
                 stream_end_s=times[-1],
@@ -68,8 +68,13 @@ def _records(rng: np.random.Generator, scale: float, n: int) -> list[RequestReco
     return out
 
 
-def make_check(root: Path, min_improvement: float = 0.10) -> tuple[CheckRecord, Path]:
-    """A complete check directory: both arms, two repetitions, one cell; the candidate ~20 % faster per token."""
+def make_check(
+    root: Path, min_improvement: float = 0.10, candidate_send_lag_s: tuple[float, float] = (0.0, 0.0)
+) -> tuple[CheckRecord, Path]:
+    """A complete check directory: both arms, two repetitions, one cell; the candidate ~20 % faster per token.
+
+    ``candidate_send_lag_s``: each candidate repetition's send lag, every request (above 10 ms: a client warning).
+    """
     plan = CheckPlan.model_validate({**PLAN, "objective": {"min_improvement": min_improvement}})
     record = CheckRecord(plan_path=str(root / "plan.yaml"), plan=plan, inventory={}, failures=[])
     d = CheckDir(root)
@@ -95,7 +100,8 @@ def make_check(root: Path, min_improvement: float = 0.10) -> tuple[CheckRecord, 
                     finished_unix=time.time(),
                 )
             )
-            records = _records(rng, 0.8 if arm == "candidate" else 1.0, 60)
+            lag = candidate_send_lag_s[rep - 1] if arm == "candidate" else 0.0
+            records = _records(rng, 0.8 if arm == "candidate" else 1.0, 60, lag)
             w.write_summary(summarize(records, []))
             w.close()
             with (w.dir / "requests.jsonl").open("w") as f:
@@ -116,7 +122,7 @@ def test_report_data_is_built_once_and_every_renderer_quotes_it(tmp_path):
     md = render_markdown(data)
     assert f"**{v.verdict}**" in md and "## Reproduce" in md and CHECK_INTERVAL in md and "nan" not in md
     html = render_html(data)
-    assert html.count("Plotly.newPlot") == 4 and CHECK_RATIO in html and v.verdict in html
+    assert html.count("Plotly.newPlot") == 5 and CHECK_RATIO in html and v.verdict in html
     term = render_terminal(v, str(CheckDir(out).report_html))
     assert term.splitlines()[-1] == f"report: {out / 'report.html'}  (also report.md, verdict.json)"
     # the renderers read nothing: the same data renders the same text, and write_outputs writes exactly that
