@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -29,6 +30,18 @@ TTFT_BUCKETS_MS = (5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5
 E2E_BUCKETS_MS = (25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0, 60000.0, 120000.0)
 ITL_BUCKETS_MS = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, 75.0, 100.0, 250.0, 500.0, 1000.0)
 POOLS: tuple[PoolName, ...] = ("baseline", "candidate", "control")
+
+
+@dataclass(frozen=True)
+class _Children:
+    """One pool x segment's series, looked up once."""
+
+    requests: Any
+    errors: Any
+    disconnects: Any
+    ttft: Any
+    e2e: Any
+    itl: Any
 
 
 class ProxyMetrics:
@@ -55,19 +68,32 @@ class ProxyMetrics:
         self.decisions = Counter("specguard_canary_decisions", "Controller decisions by kind", ("kind",), registry=r)
         for pool in POOLS:
             self.in_flight.labels(pool=pool).set(0)
+        self._children: dict[tuple[str, str], _Children] = {}
 
     def observe(self, record: ProxiedRequest) -> None:
-        labels = {"pool": record.pool, "segment": record.segment}
-        self.requests.labels(**labels).inc()
+        key = (record.pool, record.segment)
+        children = self._children.get(key)
+        if children is None:
+            # labels() takes a lock and builds its key on every call: six per record added up at 256 streams.
+            labels = {"pool": record.pool, "segment": record.segment}
+            children = self._children[key] = _Children(
+                self.requests.labels(**labels),
+                self.errors.labels(**labels),
+                self.disconnects.labels(pool=record.pool),
+                self.ttft.labels(**labels),
+                self.e2e.labels(**labels),
+                self.itl.labels(**labels),
+            )
+        children.requests.inc()
         if record.client_disconnected:
-            self.disconnects.labels(pool=record.pool).inc()
+            children.disconnects.inc()
         elif not record.ok:
-            self.errors.labels(**labels).inc()
+            children.errors.inc()
         if record.ttft_s is not None:
-            self.ttft.labels(**labels).observe(record.ttft_s * 1000.0)
+            children.ttft.observe(record.ttft_s * 1000.0)
         if record.e2e_s is not None:
-            self.e2e.labels(**labels).observe(record.e2e_s * 1000.0)
-        observe_per_token(self.itl.labels(**labels), record.chunk_times_s, record.chunk_tokens)
+            children.e2e.observe(record.e2e_s * 1000.0)
+        observe_per_token(children.itl, record.chunk_times_s, record.chunk_tokens)
 
     def count_decision(self, kind: str) -> None:
         self.decisions.labels(kind=kind).inc()
