@@ -22,7 +22,7 @@ pick_python() {
 if [ ! -x .venv/bin/python ]; then
     "$(pick_python)" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints/ci.txt -e '.[test,dev]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints/ci.txt -e '.[test,dev,parquet]'
 .venv/bin/specguard embedded install >/dev/null
 .venv/bin/specguard embedded models >/dev/null
 echo "specguard is set up: .venv/bin/specguard (runtime and models under ${SPECGUARD_HOME:-$HOME/.cache/specguard})" >&2

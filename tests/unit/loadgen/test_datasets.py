@@ -3,6 +3,7 @@
 import csv
 import json
 import statistics
+import sys
 
 import pytest
 from pydantic import ValidationError
@@ -202,18 +203,11 @@ def test_generic_csv_rows_and_their_errors(tmp_path):
         load_prompts(str(short), options=generic(prompt="text"))
 
 
-def test_parquet_reads_with_pyarrow_or_names_the_extra(tmp_path):
+def test_parquet_reads_with_pyarrow(tmp_path):
+    import pyarrow as pa  # the parquet extra: CI installs it (scripts/setup.sh)
+    import pyarrow.parquet as pq
+
     path = tmp_path / "speed.parquet"
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        path.write_bytes(b"PAR1 not read without pyarrow PAR1")
-        with pytest.raises(
-            PromptFileError, match=r"speed\.parquet: reading Parquet needs pyarrow: pip install 'specguard\[parquet\]'"
-        ):
-            load_prompts(str(path), options=PromptOptions(format="speed-bench"))
-        return
     pq.write_table(pa.Table.from_pylist(SPEED_BENCH), path)
     ps = load_prompts(str(path), options=PromptOptions(format="speed-bench"))
     assert [(i.segment, i.messages[0].content) for i in ps.items] == [("coding", "Reverse a list."), ("rag", "Summarise.")]
@@ -221,6 +215,15 @@ def test_parquet_reads_with_pyarrow_or_names_the_extra(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"question_id": "a", "turns": ["t"]}]), bad)
     with pytest.raises(PromptFileError, match=r"bad\.parquet: record 1: key 'category'"):
         load_prompts(str(bad), options=PromptOptions(format="speed-bench"))
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError, as where it is absent
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    path = tmp_path / "speed.parquet"
+    path.write_bytes(b"PAR1 not read without pyarrow PAR1")
+    with pytest.raises(PromptFileError, match=r"speed\.parquet: reading Parquet needs pyarrow: pip install 'specguard\[parquet\]'"):
+        load_prompts(str(path), options=PromptOptions(format="speed-bench"))
 
 
 def test_the_default_format_is_unchanged_and_keeps_its_hash(tmp_path):
