@@ -222,7 +222,8 @@ def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     path = tmp_path / "speed.parquet"
     path.write_bytes(b"PAR1 not read without pyarrow PAR1")
-    with pytest.raises(PromptFileError, match=r"speed\.parquet: reading Parquet needs pyarrow: pip install 'specguard\[parquet\]'"):
+    needs = r"speed\.parquet: reading Parquet needs pyarrow: pip install 'specguard\[parquet\]'"
+    with pytest.raises(PromptFileError, match=needs):
         load_prompts(str(path), options=PromptOptions(format="speed-bench"))
 
 
