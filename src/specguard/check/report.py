@@ -14,6 +14,7 @@ from pathlib import Path
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
 from specguard.check.outputs import forget_outputs
+from specguard.report.cells_csv import cells_csv
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
@@ -122,6 +123,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         cells=cells,
         commands=commands(record, out),
         definitions=check_definitions() | REPORT_DEFINITIONS,
+        labels=record.plan.labels,
     )
 
 
@@ -163,6 +165,7 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
     d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
     d.report_md.write_text(render_markdown(data))
     d.report_html.write_text(render_html(data))
+    d.cells_csv.write_text(cells_csv(data.verdict.cells, data.verdict.lines, data.verdict.labels))
     forget_outputs(record.measured_plan, out)  # the comparison is stored; the outputs themselves go unless kept
     return data.verdict
 

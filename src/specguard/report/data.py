@@ -39,6 +39,7 @@ class VerdictFile(BaseModel):
     definitions: dict[str, str]
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
+    labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
 
 
 class LoadSeries(BaseModel):

@@ -79,6 +79,8 @@ def render_markdown(data: ReportData) -> str:
     out += [f"**{deciding}**", ""] if deciding else []
     out += [f"- {r}" for r in v.reasons] + [""]
     out += [f"Objective: {v.objective}.", ""]
+    if v.labels:
+        out += ["Labels: " + ", ".join(f"`{k}={val}`" for k, val in sorted(v.labels.items())) + ".", ""]
     evidence = evidence_table(data.charts.forest)
     if evidence:
         out += ["## Evidence: ratio candidate / baseline per cell (bold: named by the verdict)", "", *evidence, ""]

@@ -158,3 +158,22 @@ def test_report_modules_import_nothing_from_check(module):
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [n for n in names if n == "specguard.check" or n.startswith("specguard.check.")]
+
+
+def test_cells_csv_holds_the_verdicts_cell_numbers_and_the_labels_reach_every_report(tmp_path):
+    import csv
+    import io
+
+    record, out = make_check(tmp_path / "c")
+    record = record.model_copy(update={"plan": record.plan.model_copy(update={"labels": {"team": "search", "gpu": "h100"}})})
+    v = write_outputs(record, out)
+    rows = list(csv.DictReader(io.StringIO(CheckDir(out).cells_csv.read_text())))
+    (cell,) = v.cells
+    assert len(rows) == 1 and rows[0]["traffic"] == cell.traffic and rows[0]["segment"] == cell.segment
+    assert float(rows[0]["objective_ratio"]) == cell.objective.ratio
+    assert float(rows[0]["p99_ttft_ci_high"]) == cell.p99_ttft.ci_high
+    assert rows[0]["status"] == v.lines[0].status
+    assert rows[0]["label:team"] == "search" and rows[0]["label:gpu"] == "h100"
+    assert v.labels == {"team": "search", "gpu": "h100"}
+    assert "`gpu=h100`, `team=search`" in CheckDir(out).report_md.read_text()
+    assert "<code>team=search</code>" in CheckDir(out).report_html.read_text()
