@@ -14,12 +14,12 @@ from pathlib import Path
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
 from specguard.check.outputs import forget_outputs
-from specguard.report.cells_csv import cells_csv
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
+from specguard.report.cells_csv import cells_csv
 from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
 from specguard.report.forest import REPORT_DEFINITIONS, forest
 from specguard.report.html import render_html
