@@ -59,14 +59,6 @@ CLIENT_GONE = "client disconnected before the response finished"
 # Young collections every 50,000 allocations net instead of 700: each request allocates thousands of short-lived
 # objects (records, parsed chunks), so the default runs a collection every few chunks across 256 streams.
 GC_THRESHOLDS = (50_000, 20, 100)
-# Measuring a finished request costs about 0.4 ms of CPU (the SSE parse, the record, the metrics). While new
-# requests are arriving (one within RECENT_ARRIVAL_S) the measurer waits YIELD_S between records, so a wave of
-# finished streams does not hold up the next wave's set-up: at 256 streams, where every request of a wave ends
-# in the same few milliseconds and its client sends the next at once, this took the proxy's added TTFT p99 from
-# +70 ms to ... (bench/proxy_overhead.py). Past MAX_DEFERRED queued records it measures at full speed again.
-RECENT_ARRIVAL_S = 0.010
-YIELD_S = 0.002
-MAX_DEFERRED = 512
 
 
 def tune_gc() -> None:
@@ -139,7 +131,6 @@ class CanaryProxy:
         self._idle.set()
         self._pending: collections.deque[_Job] = collections.deque()  # attempts done, not yet measured
         self._measurer: asyncio.Task[None] | None = None
-        self._last_arrival = 0.0  # loop time of the last request's arrival
 
     # -- the controller's side ------------------------------------------------------------------------
 
@@ -241,7 +232,6 @@ class CanaryProxy:
 
     async def _route(self, request: web.Request, api: Api) -> web.StreamResponse:
         received_unix = time.time()
-        self._last_arrival = time.monotonic()
         seq = next(self._seq)
         raw = await request.read()
         sent_body, body, plan = request_with_usage(raw)
@@ -403,8 +393,7 @@ class CanaryProxy:
     async def _measure_pending(self) -> None:
         while self._pending:
             self._record(self._pending.popleft())
-            busy = time.monotonic() - self._last_arrival < RECENT_ARRIVAL_S and len(self._pending) < MAX_DEFERRED
-            await asyncio.sleep(YIELD_S if busy else 0)
+            await asyncio.sleep(0)
 
     def flush(self) -> None:
         """Measure and record every attempt still queued (``drain`` and ``close`` call it)."""
