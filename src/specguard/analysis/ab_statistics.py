@@ -155,8 +155,8 @@ def repetitions_disagree(logs: Sequence[float], pooled_se_log: float) -> bool:
     return float(stats.chi2.sf(q_stat, r - 1)) < 0.05
 
 
-def _undefined(pb: float, pc: float, nb: int, nc: int) -> RatioResult:
-    """No ratio: an arm without requests, or a baseline percentile of zero."""
+def undefined_ratio(pb: float, pc: float, nb: int, nc: int) -> RatioResult:
+    """No ratio: an arm without requests, or a baseline value of zero (a percentile, or a goodput)."""
     return RatioResult(
         baseline=pb,
         candidate=pc,
@@ -247,7 +247,7 @@ def compare_percentile(
     pb, rb, nb, vb = bootstrap_percentile(base, q, resamples, rng)
     pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
     if nb == 0 or nc == 0 or pb <= 0:
-        return _undefined(pb, pc, nb, nc)
+        return undefined_ratio(pb, pc, nb, nc)
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
     ratios, lo, hi = _ratio_interval(rb, rc)

@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from scipy import stats
 
-from specguard.analysis.ab_statistics import RatioResult, repetitions_disagree
+from specguard.analysis.ab_statistics import RatioResult, repetitions_disagree, undefined_ratio
 from specguard.analysis.defaults import DEFAULT_RESAMPLES, DEFAULT_TARGET_CHANGE, MIN_TAIL_SAMPLES
 from specguard.analysis.request_metrics import measured_window, per_token_itl, tpot
 from specguard.errors import OptionError
@@ -152,23 +152,6 @@ def _replicates(n: np.ndarray, met: np.ndarray, window: np.ndarray, resamples: i
     return out
 
 
-def _undefined(gb: float, gc: float, nb: int, nc: int) -> RatioResult:
-    return RatioResult(
-        baseline=gb,
-        candidate=gc,
-        ratio=math.nan,
-        ci_low=math.nan,
-        ci_high=math.nan,
-        n_baseline=nb,
-        n_candidate=nc,
-        enough_samples=False,
-        more_requests_needed=0,
-        mann_whitney_p=None,
-        prob_candidate_lower=None,
-        repetition_spread_widened=False,
-    )
-
-
 def _widen(
     b: tuple[np.ndarray, np.ndarray, np.ndarray], c: tuple[np.ndarray, np.ndarray, np.ndarray], se_log: float
 ) -> tuple[float, float] | None:
@@ -211,7 +194,7 @@ def compare_goodput(
     gb = float(b[1].sum() / b[2].sum()) if nb else math.nan
     gc = float(c[1].sum() / c[2].sum()) if nc else math.nan
     if nb == 0 or nc == 0 or not gb > 0:
-        return _undefined(gb, gc, nb, nc)
+        return undefined_ratio(gb, gc, nb, nc)
     rb, rc = _replicates(*b, resamples, rng), _replicates(*c, resamples, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = rc / rb
