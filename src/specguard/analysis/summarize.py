@@ -12,6 +12,7 @@ from specguard.analysis.client_stalls import client_stalls
 from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.gpu_usage import gpu_usage
 from specguard.analysis.percentiles import percentiles
+from specguard.analysis.proportions import wilson_interval
 from specguard.analysis.request_metrics import inter_chunk_gaps, measured_window, per_token_itl, tpot
 from specguard.analysis.slo import slo_attainment
 from specguard.results.models import (
@@ -37,6 +38,12 @@ class ClientLagLimits(BaseModel):
     event_loop_lag_p99_ms: float = 10.0
     # Half the TTFT error the client is allowed (2 ms at p99) would already be spent at 1 ms; 5 ms is late by any reading.
     read_lag_p99_ms: float = 5.0
+    # "p99 above the limit" is "more than 1 % of reads late": the warning asks that share to be shown at this
+    # one-sided confidence (Wilson), not read off the two largest of a 1-second run's ~100 probe samples. An idle
+    # client on a 2-core CI machine had 2 such samples of 5.1 and 6 ms in 100 (p99 5.1 ms); a loop busy 80 ms in
+    # every 100 has ~80 in 100.
+    read_lag_late_share: float = 0.01
+    read_lag_z: float = 2.326
 
 
 def _gauge(samples: Sequence[MetricsSample], name: str) -> GaugeSeries | None:
@@ -109,7 +116,7 @@ def summarize(
         *_scrape_warnings(scrape_gaps),
         *_token_source_warnings(sources),
         *_lag_warnings(send_lag, loop_lag, limits),
-        *_read_lag_warnings(read_lag, limits),
+        *_read_lag_warnings(read_lag, read_lags_s or (), limits),
         *_stall_warnings(stalls, len(records)),
         *_run_warnings(interrupted, incomplete),
         *_error_warnings(len(records), errors, kinds),
@@ -224,13 +231,17 @@ def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLa
     return warnings
 
 
-def _read_lag_warnings(read_lag: Percentiles | None, limits: ClientLagLimits) -> list[str]:
+def _read_lag_warnings(read_lag: Percentiles | None, lags_s: Sequence[float], limits: ClientLagLimits) -> list[str]:
     if read_lag is None or read_lag.p99 is None or read_lag.p99 <= limits.read_lag_p99_ms:
         return []
+    late = sum(1 for lag in lags_s if lag * 1000.0 > limits.read_lag_p99_ms)
+    low, _ = wilson_interval(late, len(lags_s), limits.read_lag_z)
+    if low <= limits.read_lag_late_share:
+        return []
     return [
-        f"client read-stamp lag p99 {read_lag.p99:.1f} ms exceeds {limits.read_lag_p99_ms:g} ms (worst "
-        f"{read_lag.max or read_lag.p99:.0f} ms): reads were stamped late, so TTFT and ITL carry the client's delay; the client "
-        "may be the bottleneck (give it its own core, or fewer streams)"
+        f"client read-stamp lag p99 {read_lag.p99:.1f} ms exceeds {limits.read_lag_p99_ms:g} ms ({late} of {len(lags_s)} "
+        f"probe reads late, worst {read_lag.max or read_lag.p99:.0f} ms): reads were stamped late, so TTFT and ITL carry "
+        "the client's delay; the client may be the bottleneck (give it its own core, or fewer streams)"
     ]
 
 

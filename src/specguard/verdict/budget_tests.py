@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from scipy import stats
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.analysis.proportions import wilson_interval
 
 __all__ = [
     "FAMILY_ALPHA",
@@ -50,7 +51,6 @@ __all__ = [
     "ratio_p_beyond",
     "ratio_upper",
     "requests_to_resolve",
-    "wilson_interval",
 ]
 
 FAMILY_ALPHA = 0.05
@@ -104,17 +104,6 @@ def requests_to_resolve(r: RatioResult, limit: float) -> int:
         return MAX_ADVICE
     # The interval's half-width shrinks as 1/sqrt(n): it clears the limit when Z95 * se * sqrt(n / N) < d.
     return min(max(math.ceil(n * (Z95 * se / d) ** 2) - n, 0), MAX_ADVICE)
-
-
-def wilson_interval(errors: int, n: int, z: float) -> tuple[float, float]:
-    """Wilson's score interval of a proportion at normal quantile z."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = errors / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(centre - half, 0.0), min(centre + half, 1.0)
 
 
 def error_difference_interval(baseline: tuple[int, int], candidate: tuple[int, int], z: float = Z95) -> tuple[float, float]:
