@@ -9,7 +9,6 @@ are read by ``loadgen/datasets/`` into the same ``PromptSet``.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from specguard.errors import InputFileError
 from specguard.loadgen.datasets.load import SYNTHETIC_LENGTHS, load_dataset, source_problem
 from specguard.loadgen.datasets.options import PromptOptions
+from specguard.loadgen.datasets.records import json_lines
 from specguard.loadgen.prompt_items import ChatMessage, PromptFileError, PromptItem, PromptSet
 from specguard.validation import describe, read_input_text
 
@@ -42,22 +42,13 @@ def load_prompt_file(path: Path) -> PromptSet:
         raise PromptFileError(str(exc)) from exc
     items: list[PromptItem] = []
     lines: list[int] = []
-    for lineno, raw in enumerate(text.splitlines()):
-        if not raw.strip():
-            continue
-        where = f"{path}:{lineno + 1}"
+    for record in json_lines(path, text):
         try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise PromptFileError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
-        if not isinstance(obj, dict):
-            raise PromptFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        try:
-            items.append(PromptItem.model_validate(obj))
+            items.append(PromptItem.model_validate(record.data))
         except ValidationError as exc:
             problems = describe(exc, show_input=False, unknown_key=f"unknown key (expected {', '.join(PromptItem.model_fields)})")
-            raise PromptFileError(f"{where}: {'; '.join(problems)}") from exc
-        lines.append(lineno)
+            raise PromptFileError(f"{record.where}: {'; '.join(problems)}") from exc
+        lines.append(record.index)
     if not items:
         raise PromptFileError(f"{path}: no prompts (the file is empty)")
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()

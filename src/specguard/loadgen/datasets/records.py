@@ -19,7 +19,7 @@ from specguard.errors import InputFileError
 from specguard.loadgen.prompt_items import PromptFileError
 from specguard.validation import read_input_bytes, read_input_text
 
-__all__ = ["Record", "read_records", "PARQUET_EXTRA_HINT"]
+__all__ = ["Record", "json_lines", "read_records", "PARQUET_EXTRA_HINT"]
 
 PARQUET_EXTRA_HINT = "reading Parquet needs pyarrow: pip install 'specguard[parquet]'"
 
@@ -50,7 +50,7 @@ def _read(path: Path) -> tuple[list[Record], bytes]:
         return _csv(path, text), text.encode("utf-8")
     if text.lstrip().startswith("["):
         return _json_array(path, text), text.encode("utf-8")
-    return _json_lines(path, text), text.encode("utf-8")
+    return json_lines(path, text), text.encode("utf-8")
 
 
 def _object(where: str, obj: object) -> dict[str, Any]:
@@ -59,7 +59,8 @@ def _object(where: str, obj: object) -> dict[str, Any]:
     return obj
 
 
-def _json_lines(path: Path, text: str) -> list[Record]:
+def json_lines(path: Path, text: str) -> list[Record]:
+    """Each non-blank line of ``text`` as a JSON object, with its ``FILE:LINE`` for messages."""
     out = []
     for lineno, raw in enumerate(text.splitlines()):
         if not raw.strip():
