@@ -39,12 +39,12 @@ METRIC_DEFINITIONS: dict[str, str] = {
     "acceptance.mean_length": "1 + accepted tokens / drafts (vLLM's definition, bonus token included).",
     "acceptance.per_position": "accepted_tokens_per_pos[i] / drafts: the share of drafts whose first i+1 tokens were accepted.",
     "gpu.utilization_pct": "Per GPU of the server's host, sampled on each scrape tick: the share of the last sample period "
-    "in which a kernel ran (NVML's utilization.gpu, DCGM_FI_DEV_GPU_UTIL); mean and max over the run's samples.",
-    "gpu.memory_used_mib": "Per GPU, framebuffer memory in use (NVML memory used, DCGM_FI_DEV_FB_USED), MiB; the max over "
-    "the run. vLLM reserves its KV cache at start, so this shows the reservation, not the load.",
-    "gpu.power_w": "Per GPU, board power draw (NVML power usage, DCGM_FI_DEV_POWER_USAGE), W; mean over the run.",
-    "gpu.sm_clock_mhz": "Per GPU, SM clock (NVML SM clock, DCGM_FI_DEV_SM_CLOCK), MHz; mean over the run: a falling clock "
-    "under load is a power or thermal limit.",
+    "in which a kernel ran (NVML's utilization.gpu, DCGM_FI_DEV_GPU_UTIL); mean, p95 and max over the run's samples.",
+    "gpu.memory_used_mib": "Per GPU, framebuffer memory in use (NVML memory used, DCGM_FI_DEV_FB_USED), MiB; mean, p95 and "
+    "max over the run. vLLM reserves its KV cache at start, so this shows the reservation, not the load.",
+    "gpu.power_w": "Per GPU, board power draw (NVML power usage, DCGM_FI_DEV_POWER_USAGE), W; mean, p95 and max over the run.",
+    "gpu.sm_clock_mhz": "Per GPU, SM clock (NVML SM clock, DCGM_FI_DEV_SM_CLOCK), MHz; mean, p95 and max over the run: "
+    "a falling clock under load is a power or thermal limit.",
 }
 
 

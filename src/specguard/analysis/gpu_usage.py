@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specguard.analysis.percentiles import percentiles
 from specguard.results.models import GpuReading, GpuSample, GpuStats, GpuUsage, Summary
 
 __all__ = [
@@ -27,7 +28,7 @@ SAME_THROUGHPUT_TOLERANCE = 0.05
 
 
 def gpu_usage(samples: Sequence[GpuSample]) -> GpuUsage | None:
-    """Mean and max utilisation, max memory used, mean power and SM clock per GPU; None when not sampled."""
+    """Per GPU, the mean, p95 and max of utilisation, memory used, power and SM clock; None when not sampled."""
     if not samples:
         return None
     good = [s for s in samples if s.ok]
@@ -53,8 +54,9 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _stats(readings: Sequence[GpuReading]) -> GpuStats:
-    util = _values(readings, "utilization_pct")
-    memory = _values(readings, "memory_used_mib")
+    util, memory, power, clock = (
+        percentiles(_values(readings, f)) for f in ("utilization_pct", "memory_used_mib", "power_w", "sm_clock_mhz")
+    )
     total = _values(readings, "memory_total_mib")
     last = readings[-1]
     return GpuStats(
@@ -62,12 +64,19 @@ def _stats(readings: Sequence[GpuReading]) -> GpuStats:
         uuid=last.uuid,
         name=last.name,
         samples=len(readings),
-        utilization_mean_pct=_mean(util),
-        utilization_max_pct=max(util) if util else None,
-        memory_used_max_mib=max(memory) if memory else None,
+        utilization_mean_pct=util.mean,
+        utilization_p95_pct=util.p95,
+        utilization_max_pct=util.max,
+        memory_used_mean_mib=memory.mean,
+        memory_used_p95_mib=memory.p95,
+        memory_used_max_mib=memory.max,
         memory_total_mib=max(total) if total else None,
-        power_mean_w=_mean(_values(readings, "power_w")),
-        sm_clock_mean_mhz=_mean(_values(readings, "sm_clock_mhz")),
+        power_mean_w=power.mean,
+        power_p95_w=power.p95,
+        power_max_w=power.max,
+        sm_clock_mean_mhz=clock.mean,
+        sm_clock_p95_mhz=clock.p95,
+        sm_clock_max_mhz=clock.max,
     )
 
 

@@ -22,6 +22,8 @@ from specguard.inventory.diff import diff_inventories
 from specguard.report.cells_csv import cells_csv
 from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
 from specguard.report.forest import REPORT_DEFINITIONS, forest
+from specguard.report.gpu_table import GPU_DEFINITIONS
+from specguard.report.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
 from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
@@ -110,6 +112,8 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
     warnings = verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
+    eq = plan.equivalence
+    greedy = {s.name for s in plan.sampling if s.temperature == 0}
     return VerdictFile(
         **verdict.model_dump(exclude={"reasons", "warnings"}),
         reasons=verdict.reason_texts,
@@ -122,8 +126,9 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         inventory_diff=inv_diff,
         cells=cells,
         commands=commands(record, out),
-        definitions=check_definitions() | REPORT_DEFINITIONS,
+        definitions=check_definitions() | REPORT_DEFINITIONS | EQUIVALENCE_DEFINITIONS | GPU_DEFINITIONS,
         labels=record.plan.labels,
+        equivalence=equivalence_table(cells, verdict.reasons, greedy, eq.guardrail, eq.max_extra_divergence),
     )
 
 

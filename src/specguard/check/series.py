@@ -13,6 +13,7 @@ import numpy as np
 
 from specguard.analysis.compare import metric_values
 from specguard.analysis.definitions import HIGHER_IS_BETTER
+from specguard.analysis.gpu_usage import gpu_usage
 from specguard.check.plan import CheckPlan
 from specguard.report.data import (
     AcceptanceBars,
@@ -126,7 +127,8 @@ def gauges(plan: CheckPlan, d: CheckDir, target: str) -> list[GaugeTrace]:
 
 
 def gpu_panels(plan: CheckPlan, d: CheckDir, target: str) -> list[GpuPanel]:
-    """Per arm, its GPUs' utilisation and memory over time, in the run the gauges chart shows (or why there are none)."""
+    """Per arm, its GPUs' utilisation and memory over time and their figures, in the run the gauges chart shows (or why
+    there are none)."""
     out = []
     for arm in ARMS:
         runs = d.measured_runs(arm, cell_key(target, plan.sampling[0].name, 0), plan.repetitions)
@@ -142,7 +144,7 @@ def gpu_panels(plan: CheckPlan, d: CheckDir, target: str) -> list[GpuPanel]:
                 trace.utilization_pct.append(g.utilization_pct)
                 trace.memory_used_mib.append(g.memory_used_mib)
         reason = None if good else next((s.error for s in samples if s.error), "no GPU sample succeeded")
-        out.append(GpuPanel(arm=arm, traces=list(traces.values()), reason=reason))
+        out.append(GpuPanel(arm=arm, traces=list(traces.values()), reason=reason, usage=gpu_usage(samples)))
     return out
 
 

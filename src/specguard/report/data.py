@@ -12,12 +12,43 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from specguard.analysis.equivalence import DivergenceStats
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
 from specguard.report.warning_groups import WarningGroup
+from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 
 VERDICT_SCHEMA = "specguard.verdict/1"
+
+GuardOutcome = Literal["off", "within", "unresolved", "failed", "unverified"]
+
+
+class EquivalenceRow(BaseModel):
+    """One temperature-0 cell x segment: the candidate's outputs against the baseline's reference, beside its own variation."""
+
+    cell: str
+    target: bool
+    unit: Literal["tokens", "characters"]
+    prompts: int  # prompt items with a baseline reference output
+    baseline: DivergenceStats  # the baseline's other requests against the reference: its own variation
+    candidate: DivergenceStats
+    difference: float | None  # candidate share - baseline share; None when an arm compared nothing
+    difference_ci: tuple[float, float] | None  # its 95 % Newcombe interval, as the warning and the guardrail test it
+    warned: bool  # the warning rule fired (verdict/guards.equivalence_warnings)
+    guardrail: GuardOutcome  # off: equivalence.guardrail is false
+    note: str | None = None  # why positions are in characters (no token ids came back)
+
+
+class EquivalenceTable(BaseModel):
+    """The greedy-output comparison of every temperature-0 cell, or the one line why there is none (``absent``)."""
+
+    rows: list[EquivalenceRow]
+    greedy: bool  # the plan has a temperature-0 sampling setting
+    guardrail: bool
+    budget: float  # equivalence.max_extra_divergence
+    not_compared: list[str] = []  # temperature-0 cells without outputs to compare
+    absent: str | None = None
 
 
 class VerdictFile(BaseModel):
@@ -40,6 +71,7 @@ class VerdictFile(BaseModel):
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
+    equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it
 
 
 class LoadSeries(BaseModel):
@@ -124,11 +156,15 @@ class GpuTrace(BaseModel):
 
 
 class GpuPanel(BaseModel):
-    """One arm's GPUs over time, or why there are none (``reason``; None when the GPUs were not sampled)."""
+    """One arm's GPUs over time, or why there are none (``reason``; None when the GPUs were not sampled).
+
+    ``usage``: the same run's figures per GPU (mean, p95, max), for the reports' GPU tables.
+    """
 
     arm: str
     traces: list[GpuTrace]
     reason: str | None = None
+    usage: GpuUsage | None = None
 
 
 class Charts(BaseModel):

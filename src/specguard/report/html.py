@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from specguard.report.data import ArmDistribution, Charts, Ecdf, Forest, ReportData
+from specguard.report import gpu_table, greedy_table
+from specguard.report.data import ArmDistribution, Charts, Ecdf, EquivalenceTable, Forest, ReportData
 from specguard.report.forest import deciding_line
 from specguard.report.markdown import pinned_line
 from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
@@ -229,6 +230,29 @@ def gpu_panels(c: Charts) -> str | None:
     return chart_div(fig, "gpu-panels", height=300 * len(c.gpu))
 
 
+def _greedy_context(t: EquivalenceTable | None) -> dict[str, object] | None:
+    """The greedy-output section's header, rows and notes as report.md shows them; None without the table."""
+    if t is None:
+        return None
+    return {
+        "absent": t.absent,
+        "intro": greedy_table.equivalence_intro(t),
+        "header": greedy_table.HEADER,
+        "rows": [greedy_table.row_texts(r) for r in t.rows],
+        "notes": greedy_table.equivalence_notes(t),
+    }
+
+
+def _gpu_context(c: Charts) -> dict[str, object]:
+    return {
+        "title": gpu_table.gpu_title(c.target),
+        "not_sampled": None if c.gpu else gpu_table.NOT_SAMPLED,
+        "header": gpu_table.HEADER,
+        "rows": gpu_table.gpu_rows(c.gpu),
+        "notes": gpu_table.gpu_notes(c.gpu),
+    }
+
+
 def render_html(data: ReportData) -> str:
     c = data.charts
     charts = [forest_plot(c.forest), latency_vs_load(c), distributions(c), acceptance(c), server_gauges(c)]
@@ -247,4 +271,6 @@ def render_html(data: ReportData) -> str:
         fmt_ratio_ci=fmt_ratio_ci,
         fmt_percent=fmt_percent,
         fmt_samples=fmt_samples,
+        greedy=_greedy_context(data.verdict.equivalence),
+        gpu=_gpu_context(c),
     )

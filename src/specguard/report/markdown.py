@@ -8,11 +8,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from specguard.inventory.model import Inventory, ModelIdentity
-from specguard.report.data import Forest, ReportData, VerdictFile
+from specguard.report import gpu_table, greedy_table
+from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
 
-__all__ = ["definition_lines", "evidence_table", "md_cell", "md_table", "pinned_line", "render_markdown", "warning_lines"]
+__all__ = [
+    "definition_lines",
+    "equivalence_lines",
+    "evidence_table",
+    "gpu_lines",
+    "md_cell",
+    "md_table",
+    "pinned_line",
+    "render_markdown",
+    "warning_lines",
+]
 
 
 def md_cell(text: object) -> str:
@@ -72,6 +83,30 @@ def warning_lines(v: VerdictFile) -> list[str]:
     return list(v.warnings)
 
 
+def equivalence_lines(t: EquivalenceTable | None) -> list[str]:
+    """The greedy-output section: what it is held to and one row per temperature-0 cell, or one line why none."""
+    if t is None:
+        return []
+    out = ["## Greedy outputs (temperature 0): candidate against the baseline's own variation", ""]
+    if t.absent is not None:
+        return out + [f"Not compared: {t.absent}."]
+    out += [greedy_table.equivalence_intro(t), ""]
+    out += md_table(greedy_table.HEADER, [greedy_table.row_texts(r) for r in t.rows])
+    notes = greedy_table.equivalence_notes(t)
+    return out + ([""] + [f"- {n}" for n in notes] if notes else [])
+
+
+def gpu_lines(c: Charts) -> list[str]:
+    """The GPU section: the GPU chart's figures per arm and GPU, or why an arm (or every arm) has none."""
+    out = [f"## {gpu_table.gpu_title(c.target)}", ""]
+    if not c.gpu:
+        return out + [f"Not sampled: {gpu_table.NOT_SAMPLED}."]
+    rows = gpu_table.gpu_rows(c.gpu)
+    out += md_table(gpu_table.HEADER, rows) if rows else []
+    notes = gpu_table.gpu_notes(c.gpu)
+    return out + ([""] if rows and notes else []) + [f"- {n}" for n in notes]
+
+
 def render_markdown(data: ReportData) -> str:
     v = data.verdict
     out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
@@ -95,6 +130,8 @@ def render_markdown(data: ReportData) -> str:
         out += ["", "## Crossover", ""] + [f"- {c}" for c in v.crossover]
     if v.warnings:
         out += ["", "## Warnings (they do not change the verdict)", ""] + [f"- {w}" for w in warning_lines(v)]
+    greedy = equivalence_lines(v.equivalence)
+    out += ["", *greedy] if greedy else []
     out += [
         "",
         "## Percentiles (ms), candidate / baseline with 95% interval",
@@ -110,6 +147,7 @@ def render_markdown(data: ReportData) -> str:
                     f"{fmt(r.candidate)} ({fmt_range(*r.candidate_ci)}) | {fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high)} | "
                     f"{fmt_samples(r.enough_samples, r.more_requests_needed)} |"
                 )
+    out += ["", *gpu_lines(data.charts)]
     out += ["", "## Inventory", ""]
     for inv in v.inventory.values():
         out.append(

@@ -21,6 +21,7 @@ __all__ = [
     "fmt_ratio",
     "fmt_ratio_ci",
     "fmt_samples",
+    "fmt_share",
 ]
 
 MISSING = "-"
@@ -35,9 +36,14 @@ def fmt_range(lo: float | None, hi: float | None, digits: int = 2, sep: str = "-
     return f"{fmt(lo, digits)}{sep}{fmt(hi, digits)}"
 
 
-def fmt_percent(x: float | None, digits: int = 1, unit: str = " %") -> str:
-    """A fraction as a percentage: 0.031 -> "3.1 %" (``unit="%"`` for the compact "3.1%")."""
-    return MISSING if x is None or math.isnan(x) else f"{100 * x:.{digits}f}{unit}"
+def fmt_percent(x: float | None, digits: int = 1, unit: str = " %", signed: bool = False) -> str:
+    """A fraction as a percentage: 0.031 -> "3.1 %" (``unit="%"`` for the compact "3.1%"; ``signed``: "+3.1 %")."""
+    return MISSING if x is None or math.isnan(x) else f"{100 * x:{'+' if signed else ''}.{digits}f}{unit}"
+
+
+def fmt_share(part: int, whole: int) -> str:
+    """A count of a whole with its share: "3 of 40 (7.5 %)"; "none compared" for an empty whole."""
+    return f"{part} of {whole} ({fmt_percent(part / whole)})" if whole else "none compared"
 
 
 def fmt_samples(enough: bool, more_requests_needed: int) -> str:

@@ -65,6 +65,9 @@ def summary_table(columns: dict[str, Summary], title: str = "specguard summary")
     table.add_row("waiting mean/max", *[_gauge(x.requests_waiting) for x in s])
     table.add_row("preemptions", *[fmt(x.preemptions, 0) for x in s])
     table.add_row("GPU util mean/max %", *[_gpu(x.gpu) for x in s])
+    if any(x.gpu is not None and x.gpu.available for x in s):
+        table.add_row("GPU power mean/max W", *[_gpu_figure(x.gpu, "power_mean_w", "power_max_w") for x in s])
+        table.add_row("GPU SM clock mean/max MHz", *[_gpu_figure(x.gpu, "sm_clock_mean_mhz", "sm_clock_max_mhz") for x in s])
     return table
 
 
@@ -85,6 +88,13 @@ def _gpu(usage: GpuUsage | None) -> str:
         f"{g.gpu}: {fmt(g.utilization_mean_pct, 0)}/{fmt(g.utilization_max_pct, 0)}, {fmt(g.memory_used_max_mib, 0)} MiB"
         for g in usage.gpus
     )
+
+
+def _gpu_figure(usage: GpuUsage | None, mean: str, top: str) -> str:
+    """Per GPU 'mean/max' of one figure (power, SM clock): '0: 612/700; 1: 95/110'; '-' without figures."""
+    if usage is None or not usage.available:
+        return "-"
+    return "; ".join(f"{g.gpu}: {fmt(getattr(g, mean), 0)}/{fmt(getattr(g, top), 0)}" for g in usage.gpus)
 
 
 def _gauge(g: GaugeSeries | None) -> str:

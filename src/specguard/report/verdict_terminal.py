@@ -6,6 +6,7 @@ from rich.markup import escape
 
 from specguard.report.data import VerdictFile
 from specguard.report.forest import deciding_line
+from specguard.report.greedy_table import equivalence_line
 
 COLOURS = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}
 
@@ -18,6 +19,8 @@ def render_terminal(v: VerdictFile, report_html: str) -> str:
     out += [f"  - {r}" for r in v.reasons]
     out += [f"  {x.traffic:>10} / {x.sampling} / {x.segment}: {x.status}: {x.text}" for x in v.lines]
     out += [f"  crossover: {c}" for c in v.crossover]
+    greedy = equivalence_line(v.equivalence)
+    out += [f"  {escape(greedy)}"] if greedy else []
     warnings = [g.line for g in v.warning_groups] if v.warning_groups else v.warnings
     out += [f"  [yellow]warning[/yellow] {escape(w)}" for w in warnings]
     out.append(f"report: {report_html}  (also report.md, verdict.json)")

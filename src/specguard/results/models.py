@@ -196,7 +196,10 @@ class GpuSample(StrictModel):
 
 
 class GpuStats(StrictModel):
-    """One GPU over a run's samples."""
+    """One GPU over a run's samples: mean, p95 (numpy's linear rule) and max of each figure.
+
+    The p95 and max fields beyond the first six came later: None in summaries written before them.
+    """
 
     gpu: str
     uuid: str | None
@@ -208,6 +211,13 @@ class GpuStats(StrictModel):
     memory_total_mib: float | None
     power_mean_w: float | None
     sm_clock_mean_mhz: float | None
+    utilization_p95_pct: float | None = None
+    memory_used_mean_mib: float | None = None
+    memory_used_p95_mib: float | None = None
+    power_p95_w: float | None = None
+    power_max_w: float | None = None
+    sm_clock_p95_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
 
 
 class GpuUsage(StrictModel):

@@ -17,7 +17,7 @@ def _sample(t: float, *readings: tuple[str, float, float, float, float]) -> GpuS
     return GpuSample(t_s=t, phase="during", source="dcgm", ok=True, gpus=gpus)
 
 
-def test_per_gpu_mean_and_max_utilisation_max_memory_mean_power_and_clock() -> None:
+def test_per_gpu_mean_p95_and_max_of_utilisation_memory_power_and_clock() -> None:
     samples = [
         _sample(1.0, ("0", 60, 70_000, 1800, 500), ("1", 10, 2_000, 1400, 90)),
         GpuSample(t_s=2.0, phase="during", source="dcgm", ok=False, error="TimeoutError: timed out"),
@@ -30,6 +30,9 @@ def test_per_gpu_mean_and_max_utilisation_max_memory_mean_power_and_clock() -> N
     assert (first.gpu, first.samples, first.utilization_mean_pct, first.utilization_max_pct) == ("0", 2, 75, 90)
     assert (first.memory_used_max_mib, first.power_mean_w, first.sm_clock_mean_mhz) == (71_000, 550, 1700)
     assert (second.utilization_mean_pct, second.memory_used_max_mib, second.power_mean_w) == (15, 2_500, 100)
+    # p95 by numpy's linear rule between the two readings: 60 + 0.95 x 30 = 88.5
+    assert (first.utilization_p95_pct, first.memory_used_mean_mib, first.memory_used_p95_mib) == (88.5, 70_500, 70_950)
+    assert (first.power_p95_w, first.power_max_w, first.sm_clock_p95_mhz, first.sm_clock_max_mhz) == (595, 600, 1790, 1800)
 
 
 def test_no_samples_is_not_sampled_and_only_failures_is_not_available_with_the_reason() -> None:

@@ -14,6 +14,7 @@ from specguard.check.report import build_report_data, write_outputs
 from specguard.report.html import CHART_IDS
 from specguard.results.check_dir import CheckDir
 from tests.browser import inspect_page
+from tests.unit.report.test_greedy_gpu_report import add_gpu_samples, add_outputs
 from tests.unit.report.test_report import make_check
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
@@ -33,12 +34,17 @@ PROBE = """(() => {
     dist_traces: dist._fullData.map(t => t.type),
     deciding: (document.getElementById('deciding') || {innerText: ''}).innerText,
     warnings: document.getElementById('warnings').innerText,
+    greedy_rows: Array.from(document.querySelectorAll('#greedy-outputs tr')).map(r => r.innerText),
+    gpu_rows: Array.from(document.querySelectorAll('#gpu-figures tr')).map(r => r.innerText),
+    gpu_notes: (document.getElementById('gpu-notes') || {innerText: ''}).innerText,
   };
 })()"""
 
 
 def test_the_check_report_draws_its_charts_in_chromium_offline(tmp_path):
     record, out = make_check(tmp_path / "c", candidate_send_lag_s=(0.05, 0.2))
+    add_outputs(out)
+    add_gpu_samples(out)
     write_outputs(record, out)
     data = build_report_data(record, out)
     forest = data.charts.forest
@@ -56,6 +62,10 @@ def test_the_check_report_draws_its_charts_in_chromium_offline(tmp_path):
     assert p["dist_axes"] == ["log", "log"] and set(p["dist_traces"]) == {"scatter"}, p
     assert "decided at steady / greedy / default" in p["deciding"]
     assert "client send lag above 10 ms in 2 of 4 runs, worst 200 ms at steady / greedy / candidate" in p["warnings"]
+    # the greedy-output table (header and the one greedy cell) and the GPU figures (header, the baseline's GPU)
+    assert len(p["greedy_rows"]) == 2 and "18 of 120 (15.0 %)" in p["greedy_rows"][1], p["greedy_rows"]
+    assert len(p["gpu_rows"]) == 2 and "60.0 / 85.5 / 90.0" in p["gpu_rows"][1], p["gpu_rows"]
+    assert "candidate: not available: NVML not available" in p["gpu_notes"]
     assert shot.stat().st_size > 20_000
     assert all(url.startswith(("file:", "data:", "about:")) for url in page["requests"]), page["requests"]
     ARTIFACTS.mkdir(exist_ok=True)
