@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
 from specguard.report.warning_groups import WarningGroup
+from specguard.results.foreign.run import ImportedBaseline
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 
 VERDICT_SCHEMA = "specguard.verdict/1"
@@ -40,6 +41,7 @@ class VerdictFile(BaseModel):
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
+    baseline_imports: list[ImportedBaseline] = []  # cells whose baseline is an existing run (--baseline-run), not measured
 
 
 class LoadSeries(BaseModel):
