@@ -305,11 +305,22 @@ def check(
         typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
     ] = False,
     quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    baseline_run: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--baseline-run",
+            metavar="[CELL=]RUN",
+            help="Import the baseline instead of measuring it: CELL=RUN per cell (TRAFFIC__SAMPLING__pI, repeatable), "
+            "or RUN alone for a one-cell plan; RUN is a run directory, a vllm bench --save-detailed JSON or a "
+            "GuideLLM benchmarks.json (FILE#N: its N-th benchmark).",
+        ),
+    ] = None,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
     The check writes its state as it goes; Ctrl-C or SIGTERM stop it at once (exit 130, no verdict),
-    and --resume continues it, refusing if the plan changed.
+    and --resume continues it, refusing if the plan changed. With --baseline-run only the candidate is
+    measured; each run is checked against its cell's workload before anything is sent.
     """
     from specguard.check.dry_run import dry_run as plan_dry_run
     from specguard.check.dry_run import render_dry_run
@@ -340,6 +351,7 @@ def check(
             resume=resume,
             log=lambda m: err.print(m, highlight=False),
             progress=progress,
+            baseline_runs=baseline_run or (),
         )
     v = write_outputs(record, out)
     _print_verdict(v, out)

@@ -8,6 +8,7 @@ version, speculative config) is what is being compared.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
@@ -46,21 +47,31 @@ class Comparison(BaseModel):
         return {m: v for m in METRICS if (v := getattr(self, m)) is not None}
 
 
+# A prompt set as a run records it: its source, the content hash of a file, a synthetic set's generator.
+PromptIdentity = tuple[str, str | None, dict[str, str | int] | None]
+
+
+def prompt_difference(a: PromptIdentity, b: PromptIdentity) -> str | None:
+    """Whether two runs sent the same prompts, by content: the hash, else the generator, else the source's name."""
+    (source_a, sha_a, gen_a), (source_b, sha_b, gen_b) = a, b
+    if sha_a is not None and sha_b is not None:
+        # The content decides; the same prompts under another path are the same prompts.
+        if sha_a != sha_b:
+            return f"prompt content: {source_a} (sha256 {sha_a[:12]}) vs {source_b} (sha256 {sha_b[:12]})"
+        return None
+    if gen_a is not None or gen_b is not None:
+        return f"prompt generator: {gen_a!r} vs {gen_b!r}" if gen_a != gen_b else None
+    if source_a != source_b:
+        return f"prompt_source: {source_a!r} vs {source_b!r} (no content hash recorded)"
+    return None
+
+
 def differences(a: RunInfo, b: RunInfo) -> list[str]:
     """What, besides the arm, differs between two runs."""
-    out = []
-    if a.prompt_sha256 is not None and b.prompt_sha256 is not None:
-        # The content decides; the same prompts under another path are the same prompts.
-        if a.prompt_sha256 != b.prompt_sha256:
-            out.append(
-                f"prompt content: {a.prompt_source} (sha256 {a.prompt_sha256[:12]}) vs {b.prompt_source} "
-                f"(sha256 {b.prompt_sha256[:12]})"
-            )
-    elif a.prompt_generator is not None or b.prompt_generator is not None:
-        if a.prompt_generator != b.prompt_generator:
-            out.append(f"prompt generator: {a.prompt_generator!r} vs {b.prompt_generator!r}")
-    elif a.prompt_source != b.prompt_source:
-        out.append(f"prompt_source: {a.prompt_source!r} vs {b.prompt_source!r} (no content hash recorded)")
+    prompts = prompt_difference(
+        (a.prompt_source, a.prompt_sha256, a.prompt_generator), (b.prompt_source, b.prompt_sha256, b.prompt_generator)
+    )
+    out = [prompt for prompt in (prompts,) if prompt is not None]
     for field in ("prompt_count", "api", "model"):
         va, vb = getattr(a, field), getattr(b, field)
         if va != vb:
@@ -211,17 +222,37 @@ def foreign_differences(a: LoadedRun, b: LoadedRun) -> tuple[list[str], list[str
             diffs.append(f"{field}: {va!r} vs {vb!r}")
     la, lb = a.info.load.model_dump(), b.info.load.model_dump()
     diffs += [f"load.{k}: {la[k]!r} vs {lb[k]!r}" for k in _LOAD_KEYS if la[k] != lb[k]]
-    pa = sorted(r.prompt_tokens for r in a.records if r.prompt_tokens is not None)
-    pb = sorted(r.prompt_tokens for r in b.records if r.prompt_tokens is not None)
-    if pa and pb and pa != pb:
-        ma, mb = sum(pa) / len(pa), sum(pb) / len(pb)
-        if abs(ma - mb) > PROMPT_LENGTH_TOLERANCE * max(ma, mb):
-            diffs.append(f"prompt tokens: mean {ma:.1f} vs {mb:.1f} (not the same prompts)")
-        else:
-            warns.append(f"prompt token counts differ slightly (mean {ma:.1f} vs {mb:.1f}): two tokenizations")
-    elif not (pa and pb):
-        warns.append("prompt token counts missing on one side: the prompts could not be matched")
-    return diffs, warns
+    diff, warn = prompt_token_difference(a.records, b.records)
+    return diffs + ([diff] if diff else []), warns + ([warn] if warn else [])
+
+
+def prompt_token_difference(a: Sequence[RequestRecord], b: Sequence[RequestRecord]) -> tuple[str | None, str | None]:
+    """(difference, warning) between the prompt token counts of two sets of requests, neither with prompt text.
+
+    The same prompts give the same counts in the same proportions (a run of 3 x N requests over the prompts
+    of a run of N); else means within ``PROMPT_LENGTH_TOLERANCE`` are taken for two tokenizations (a warning)
+    and beyond it for other prompts (a difference).
+    """
+    pa = sorted(r.prompt_tokens for r in a if r.prompt_tokens is not None)
+    pb = sorted(r.prompt_tokens for r in b if r.prompt_tokens is not None)
+    if not (pa and pb):
+        return None, "prompt token counts missing on one side: the prompts could not be matched"
+    if _same_proportions(pa, pb):
+        return None, None
+    ma, mb = sum(pa) / len(pa), sum(pb) / len(pb)
+    if abs(ma - mb) > PROMPT_LENGTH_TOLERANCE * max(ma, mb):
+        return f"prompt tokens: mean {ma:.1f} vs {mb:.1f} (not the same prompts)", None
+    return None, f"prompt token counts differ slightly (mean {ma:.1f} vs {mb:.1f}): two tokenizations"
+
+
+def _same_proportions(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether one multiset of counts is the other repeated a whole number of times."""
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    if len(long) % len(short):
+        return False
+    times = len(long) // len(short)
+    ca, cb = Counter(short), Counter(long)
+    return ca.keys() == cb.keys() and all(cb[k] == times * n for k, n in ca.items())
 
 
 def compare_loaded(base: LoadedRun, cand: LoadedRun, seed: int = 0) -> Comparison:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from specguard.analysis.compare import compare_repetitions, throughput_ratio
@@ -29,12 +29,15 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
     return sum(a.accepted_tokens for a in accs) / drafted if drafted > 0 else None
 
 
-def cell_comparisons(plan: CheckPlan, out: Path) -> list[CellComparison]:
+def cell_comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> list[CellComparison]:
+    """Every cell measured on both arms, segment by segment; ``skip``: cell keys not to compare (the verdict says why)."""
     cells: list[CellComparison] = []
     for traffic in plan.levels:
         for sampling in plan.sampling:
             for i in range(len(plan.prompts)):
                 key = cell_key(traffic.name, sampling.name, i)
+                if key in skip:
+                    continue
                 records: dict[str, list[list[RequestRecord]]] = {}
                 summaries: dict[str, list[Summary]] = {}
                 for arm in ARMS:

@@ -8,6 +8,7 @@ from specguard import __version__
 from specguard.check.plan import CheckPlan
 from specguard.check.sweep import SweepRecord
 from specguard.inventory.arm import ArmInventory
+from specguard.results.foreign.run import ImportedBaseline
 from specguard.verdict import Failure
 
 __all__ = ["ArmInventory", "CheckRecord", "CheckState", "block_name"]
@@ -32,6 +33,9 @@ class CheckRecord(BaseModel):
     inventory: dict[str, ArmInventory]
     failures: list[Failure]
     sweep: SweepRecord | None = Field(default=None, description="a sweep's stages: the rates chosen and why")
+    baseline_imports: list[ImportedBaseline] = Field(
+        default_factory=list, description="cells whose baseline came from an existing run (--baseline-run), not measured"
+    )
 
     @property
     def measured_plan(self) -> CheckPlan:

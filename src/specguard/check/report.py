@@ -9,10 +9,12 @@ is the one place that gathers a report's data (with ``aggregate`` and
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import cell_comparisons, one_arm_cells
+from specguard.check.baseline import BASELINE_REPETITION, baseline_warnings, late_checks
 from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
@@ -59,7 +61,9 @@ def missing_runs(record: CheckRecord, out: Path) -> list[str]:
     plan = record.measured_plan
     stage_of = {lv.name: st.name for st in record.sweep.stages for lv in st.levels} if record.sweep else {}
     for rep in range(1, plan.repetitions + 1):
-        for arm in ARMS:
+        # an imported baseline is one run per cell, repetition 1 (check/baseline.py)
+        arms = ("candidate",) if record.baseline_imports and rep > BASELINE_REPETITION else ARMS
+        for arm in arms:
             for t in plan.levels:
                 if f"block {block_name(rep, arm, stage_of.get(t.name))}" in missing:
                     continue
@@ -72,7 +76,8 @@ def missing_runs(record: CheckRecord, out: Path) -> list[str]:
 
 
 def commands(record: CheckRecord, out: Path) -> list[str]:
-    cmds = [f"specguard check {record.plan_path} --out {out}", f"specguard report {out}"]
+    given = "".join(f" --baseline-run {shlex.quote(f'{b.cell}={b.source}')}" for b in record.baseline_imports)
+    cmds = [f"specguard check {record.plan_path}{given} --out {out}", f"specguard report {out}"]
     for inv in record.inventory.values():
         if inv.command:
             cmds.append(f"# {inv.arm} server, as launched: " + " ".join(inv.command))
@@ -105,12 +110,21 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
 def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     """verdict.json of a complete check, decided from its stored runs."""
     plan = record.measured_plan
-    cells = cell_comparisons(plan, out)
-    verdict = decide(cells, plan.objective, plan.guardrails, record.failures, one_arm_cells(plan, out), plan.equivalence)
+    late = late_checks(record, out)
+    cells = cell_comparisons(plan, out, skip=late.mismatched)
+    verdict = decide(
+        cells,
+        plan.objective,
+        plan.guardrails,
+        record.failures,
+        one_arm_cells(plan, out),
+        plan.equivalence,
+        baseline_mismatches=list(late.mismatched.values()),
+    )
     inventory = observed_inventory(record, out)
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
-    warnings = verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
+    warnings = baseline_warnings(record) + late.warnings + verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
@@ -129,6 +143,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         definitions=check_definitions() | REPORT_DEFINITIONS | EQUIVALENCE_DEFINITIONS | GPU_DEFINITIONS,
         labels=record.plan.labels,
         equivalence=equivalence_table(cells, verdict.reasons, greedy, eq.guardrail, eq.max_extra_divergence),
+        baseline_imports=record.baseline_imports,
     )
 
 

@@ -13,19 +13,25 @@ measures a baseline and then fails on the candidate. The state is written
 after every block; an interrupt stops the check at once (``Interrupted``, no
 verdict), and ``resume=True`` runs only the blocks not yet done, setting
 aside the interrupted block's partial runs, and refuses a changed plan.
+
+With ``baseline_runs`` (``check --baseline-run``) the baseline arm is not measured: every cell's baseline is
+an existing run (``check.baseline``), checked against its cell before anything is sent, and only the
+candidate's blocks run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.check.aggregate import cell_comparisons
+from specguard.check.baseline import Baseline, baseline_inventory, resolve_baselines, write_baselines
 from specguard.check.launch import Launcher, LaunchResolver
 from specguard.check.plan import Arm, CheckPlan, TrafficLevel
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
@@ -66,40 +72,66 @@ class CheckRuntimeError(RuntimeFailure):
 
 @dataclass
 class ResolvedPlan:
-    """A plan with everything it names resolved: prompt sets loaded, API keys read."""
+    """A plan with everything it names resolved: prompt sets loaded, API keys read, imported baselines matched."""
 
     plan: CheckPlan
     plan_path: Path
     prompt_sets: list[PromptSet]
     api_keys: dict[str, str | None]
+    baselines: dict[str, Baseline] = field(default_factory=dict)  # cell key -> its imported baseline run
+    baseline_args: tuple[str, ...] = ()  # --baseline-run as given, for the commands that continue the check
 
     @property
     def sha256(self) -> str:
-        """The plan as validated, with its prompts' content: a resumed check must measure the same thing."""
+        """The plan as validated, with its prompts' content (and imported baselines): a resumed check must measure the same."""
         h = hashlib.sha256(self.plan.model_dump_json().encode())
         for ps in self.prompt_sets:
             h.update(f"{ps.source}\0{ps.sha256}\0{ps.generator}\0".encode())
+        for key, b in sorted(self.baselines.items()):
+            h.update(f"baseline\0{key}\0{b.record.sha256}\0".encode())
         return h.hexdigest()
 
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The arms the check measures: the candidate alone when the baseline is imported."""
+        return ("candidate",) if self.baselines else ARMS
 
-def resolve_plan(plan: CheckPlan, plan_path: Path) -> ResolvedPlan:
-    """Load every prompt source and read every API-key variable; raise before anything is measured or written."""
+    @property
+    def resume_command(self) -> str:
+        given = "".join(f" --baseline-run {shlex.quote(a)}" for a in self.baseline_args)
+        return f"specguard check {self.plan_path}{given}"
+
+
+def resolve_plan(plan: CheckPlan, plan_path: Path, baseline_runs: Sequence[str] = ()) -> ResolvedPlan:
+    """Load every prompt source, read every API-key variable and match every imported baseline with its cell;
+    raise before anything is measured or written."""
     prompt_sets = [
         load_prompts(p.source, seed=plan.seed, max_tokens=plan.max_tokens, count=p.count, options=p.options())
         for p in plan.prompts
     ]
+    baselines = resolve_baselines(plan, prompt_sets, baseline_runs)
     keys: dict[str, str | None] = {}
     for name in ARMS:
         ep = getattr(plan.arms, name).endpoint
-        keys[name] = api_key_from_env(ep.api_key_env, f"arms.{name}.endpoint.api_key_env") if ep is not None else None
-    return ResolvedPlan(plan=plan, plan_path=plan_path, prompt_sets=prompt_sets, api_keys=keys)
+        if ep is None or (name == "baseline" and baselines):  # an imported baseline asks no server
+            keys[name] = None
+        else:
+            keys[name] = api_key_from_env(ep.api_key_env, f"arms.{name}.endpoint.api_key_env")
+    return ResolvedPlan(
+        plan=plan,
+        plan_path=plan_path,
+        prompt_sets=prompt_sets,
+        api_keys=keys,
+        baselines=baselines,
+        baseline_args=tuple(baseline_runs),
+    )
 
 
-def blocks(plan: CheckPlan) -> list[tuple[int, str]]:
+def blocks(plan: CheckPlan, arms: Sequence[str] = ARMS) -> list[tuple[int, str]]:
     reps = range(1, plan.repetitions + 1)
     if plan.order == "interleaved":
-        return [(r, arm) for r in reps for arm in ARMS]
-    return [(r, arm) for arm in ARMS for r in reps]
+        return [(r, arm) for r in reps for arm in arms]
+    return [(r, arm) for arm in arms for r in reps]
 
 
 def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState:
@@ -112,13 +144,15 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
             )
         if resolved.plan.sweep is not None:  # blocks grow as the sweep chooses its stages
             return CheckState(plan_sha256=resolved.sha256, blocks=[], sweep=SweepRecord())
-        return CheckState(plan_sha256=resolved.sha256, blocks=[block_name(r, a) for r, a in blocks(resolved.plan)])
+        arms = resolved.arms
+        return CheckState(plan_sha256=resolved.sha256, blocks=[block_name(r, a) for r, a in blocks(resolved.plan, arms)])
     if not d.state_json.exists():
         raise UsageError(f"--resume: {d.root} holds no check state ({d.state_json.name}); nothing to resume")
     state = read_json(d.state_json, CheckState)
     if state.plan_sha256 != resolved.sha256:
         raise UsageError(
-            f"--resume: the plan (or its prompts) changed since the check in {d.root} started; run it in a new --out directory"
+            f"--resume: the plan (or its prompts, or its --baseline-run runs) changed since the check in {d.root} "
+            "started; give the same plan and --baseline-run arguments, or run it in a new --out directory"
         )
     return state
 
@@ -132,17 +166,23 @@ def run_check(
     resume: bool = False,
     log: Callable[[str], None] = print,
     progress: MatrixProgress | None = None,
+    baseline_runs: Sequence[str] = (),
 ) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
 
     ``launcher`` gives the runtime and resolved specs of launched arms, asked only if a launched block runs;
-    ``progress`` follows blocks, runs and requests (the CLI draws it on stderr).
+    ``progress`` follows blocks, runs and requests (the CLI draws it on stderr); ``baseline_runs`` are the
+    ``--baseline-run`` arguments: the baseline imported from them, not measured (``check.baseline``).
     """
     progress = progress or MatrixProgress()
-    resolved = resolve_plan(plan, plan_path)
+    resolved = resolve_plan(plan, plan_path, baseline_runs)
     d = CheckDir(out)
     state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
+    if resolved.baselines:
+        write_baselines(d, resolved.baselines)
+        state.inventory.setdefault("baseline", baseline_inventory(resolved.baselines))
+        log(f"baseline imported, not measured: {len(resolved.baselines)} cell(s); measuring the candidate only")
     run = _Run(resolved, d, state, launcher, log, progress)
     run.save()
     if resume:
@@ -177,6 +217,7 @@ class _Run:
             inventory=s.inventory,
             failures=s.failures,
             sweep=s.sweep,
+            baseline_imports=[b.record for b in self.resolved.baselines.values()],
         )
 
     def save(self) -> None:
@@ -186,7 +227,7 @@ class _Run:
     def stage(self, stage: str | None, levels: list[TrafficLevel]) -> None:
         """Every block of a stage (a list plan's one stage: None) not yet done, over ``levels``."""
         plan, state, d = self.resolved.plan, self.state, self.d
-        todo = [(rep, arm) for rep, arm in blocks(plan) if block_name(rep, arm, stage) not in state.done]
+        todo = [(rep, arm) for rep, arm in blocks(plan, self.resolved.arms) if block_name(rep, arm, stage) not in state.done]
         arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
         if self.launch is None and any(arms[a].launch is not None for _, a in todo):
             self.launch = self.launcher(plan, self.log)
@@ -292,10 +333,7 @@ def requests_to_run(resolved: ResolvedPlan, levels: Sequence[TrafficLevel], reps
 
 
 def interrupted_message(resolved: ResolvedPlan, d: CheckDir, block: str) -> str:
-    return (
-        f"interrupted in the {block} block; no verdict. Continue with: "
-        f"specguard check {resolved.plan_path} --out {d.root} --resume"
-    )
+    return f"interrupted in the {block} block; no verdict. Continue with: {resolved.resume_command} --out {d.root} --resume"
 
 
 def _set_aside_partial_runs(d: CheckDir, arm: str, rep: int, log: Callable[[str], None], keys: list[str] | None) -> None:

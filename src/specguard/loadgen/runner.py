@@ -249,9 +249,16 @@ def check_model_served(model: str, served: list[str] | None, root: str) -> None:
 
 def sent_sampling(cfg: BenchConfig) -> dict[str, list[float | int | bool | None]]:
     """The sampling values that go on the wire, per key, over every prompt the run may send."""
+    return sampling_on_the_wire(cfg.api, cfg.prompts, cfg.sampling, cfg.default_max_tokens)
+
+
+def sampling_on_the_wire(
+    api: str, prompts: PromptSet, sampling: SamplingOverrides, default_max_tokens: int
+) -> dict[str, list[float | int | bool | None]]:
+    """``sent_sampling`` before a run exists: what a check's cell will send (compared with an imported baseline's)."""
     seen: dict[str, set[float | int | bool | None]] = {k: set() for k in ("temperature", "top_p", "max_tokens", "ignore_eos")}
-    for item in cfg.prompts.items:
-        body = build_payload(cfg.api, cfg.model, item, cfg.sampling, cfg.default_max_tokens)
+    for item in prompts.items:
+        body = build_payload(api, "model", item, sampling, default_max_tokens)
         for key, values in seen.items():
             values.add(body.get(key))
     return {k: sorted(v, key=lambda x: (x is None, x)) for k, v in seen.items()}

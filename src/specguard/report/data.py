@@ -16,6 +16,7 @@ from specguard.analysis.equivalence import DivergenceStats
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
 from specguard.report.warning_groups import WarningGroup
+from specguard.results.foreign.run import ImportedBaseline
 from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 
@@ -72,6 +73,7 @@ class VerdictFile(BaseModel):
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
     equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it
+    baseline_imports: list[ImportedBaseline] = []  # cells whose baseline is an existing run (--baseline-run), not measured
 
 
 class LoadSeries(BaseModel):

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 from specguard.report import gpu_table, greedy_table
 from specguard.report.data import ArmDistribution, Charts, Ecdf, EquivalenceTable, Forest, ReportData
 from specguard.report.forest import deciding_line
-from specguard.report.markdown import pinned_line
+from specguard.report.markdown import IMPORTED_NOTE, pinned_line
 from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
 
 __all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
@@ -265,6 +265,7 @@ def render_html(data: ReportData) -> str:
         charts=charts,
         out=data.out,
         pinned_line=pinned_line,
+        imported_note=IMPORTED_NOTE,
         deciding=deciding_line(data.verdict.reason_details),
         fmt=fmt,
         fmt_ratio=fmt_ratio,

@@ -107,6 +107,28 @@ def gpu_lines(c: Charts) -> list[str]:
     return out + ([""] if rows and notes else []) + [f"- {n}" for n in notes]
 
 
+IMPORTED_NOTE = (
+    "The baseline was not measured by this check: each cell's is the run named, one run, so there are no "
+    "repetitions of the baseline and its intervals are the request-level bootstrap's alone, never widened for a "
+    "spread between repetitions. What the run's format could not carry is listed under the warnings."
+)
+
+
+def baseline_import_lines(v: VerdictFile) -> list[str]:
+    """The imported baseline's section: per cell, the run it came from, its format and size."""
+    if not v.baseline_imports:
+        return []
+    rows = [(b.cell, f"`{b.source}`", b.format, b.requests, f"`{b.sha256[:12]}`") for b in v.baseline_imports]
+    return [
+        "## Baseline: imported, not measured",
+        "",
+        IMPORTED_NOTE,
+        "",
+        *md_table(("cell", "run", "format", "requests", "sha256"), rows),
+        "",
+    ]
+
+
 def render_markdown(data: ReportData) -> str:
     v = data.verdict
     out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
@@ -116,6 +138,7 @@ def render_markdown(data: ReportData) -> str:
     out += [f"Objective: {v.objective}.", ""]
     if v.labels:
         out += ["Labels: " + ", ".join(f"`{k}={val}`" for k, val in sorted(v.labels.items())) + ".", ""]
+    out += baseline_import_lines(v)
     evidence = evidence_table(data.charts.forest)
     if evidence:
         out += ["## Evidence: ratio candidate / baseline per cell (bold: named by the verdict)", "", *evidence, ""]

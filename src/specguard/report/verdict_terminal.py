@@ -17,6 +17,7 @@ def render_terminal(v: VerdictFile, report_html: str) -> str:
     deciding = deciding_line(v.reason_details)
     out += [f"  [bold]{escape(deciding)}[/bold]"] if deciding else []
     out += [f"  - {r}" for r in v.reasons]
+    out += [f"  baseline imported, not measured: {b.cell} from {escape(b.source)} ({b.format})" for b in v.baseline_imports]
     out += [f"  {x.traffic:>10} / {x.sampling} / {x.segment}: {x.status}: {x.text}" for x in v.lines]
     out += [f"  crossover: {c}" for c in v.crossover]
     greedy = equivalence_line(v.equivalence)

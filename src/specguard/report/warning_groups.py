@@ -85,6 +85,12 @@ KINDS: tuple[WarningKind, ...] = (
     _k("all_failed", r"^every request failed", "every request failed"),
     _k("scrape_gaps", r"^(?P<value>\d+) /metrics scrape", "/metrics scrapes failed", " scrapes"),
     _k("approximate_tokens", r"token counts are not the server's", "token counts not the server's"),
+    _k(
+        "baseline_imported",
+        r"^baseline of cell \S+ imported from",
+        "baseline imported from an existing run, not measured",
+        per="cells",
+    ),
 )
 
 # "traffic / sampling: arm: text" (a run's client warning) or "traffic / sampling / segment: text" (a cell's)

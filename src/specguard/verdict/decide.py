@@ -281,6 +281,11 @@ def cell_reasons(
     return ([obj] if obj else []) + guards + preemption_reasons(cell, guardrails)
 
 
+def baseline_mismatch_reason(cell: str, detail: str) -> Reason:
+    """A cell whose imported baseline turned out to be of other prompts: no comparison there, as with one arm."""
+    return Reason(code="baseline_mismatch", cell=cell, text=f"{cell}: no comparison: {detail}")
+
+
 def one_arm_reason(c: OneArmCell) -> Reason:
     text = f"{c.name} was measured on the {c.measured} arm only: no comparison there"
     return Reason(code="cell_one_arm", cell=c.name, text=text)
@@ -295,6 +300,7 @@ UNSURE: frozenset[str] = frozenset(
         "goodput_unresolved",
         "output_divergence_unresolved",
         "cell_one_arm",
+        "baseline_mismatch",
     }
 )
 
@@ -321,11 +327,13 @@ def decide(
     failures: Sequence[Failure] = (),
     one_arm: Sequence[OneArmCell] = (),
     equivalence: EquivalenceRule | None = None,
+    baseline_mismatches: Sequence[tuple[str, str]] = (),
 ) -> Verdict:
     """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach).
 
     ``equivalence`` (the plan's ``equivalence:``) makes greedy-output divergence a guardrail when it says so;
-    its warning is given either way.
+    its warning is given either way. ``baseline_mismatches``: (cell, what differs) for cells whose imported
+    baseline proved, once the candidate ran, not to be of the same prompts; like a one-arm cell, no GO.
     """
     higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
@@ -335,6 +343,7 @@ def decide(
         r for c, line, g in zip(cells, lines, guards) for r in cell_reasons(c, line, objective, obj_name, guardrails, g)
     ]
     found += [one_arm_reason(c) for c in one_arm]
+    found += [baseline_mismatch_reason(cell, detail) for cell, detail in baseline_mismatches]
     nogo = [r for r in found if not is_unsure(r)]
     unsure = condense([r for r in found if is_unsure(r)])
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))

@@ -27,6 +27,7 @@ ReasonCode = Literal[
     "error_rate_rose",
     "error_rate_unresolved",
     "cell_one_arm",
+    "baseline_mismatch",
     "preemptions_rose",
     "goodput_dropped",
     "goodput_unresolved",
