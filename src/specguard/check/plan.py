@@ -192,7 +192,9 @@ class Statistics(FiniteModel):
 
 
 def _traffic_form(v: Any) -> str:
-    return "sweep" if isinstance(v, dict) else "levels"
+    # a dict when validating, the model itself when serializing (check.json): without the second, every
+    # sweep plan dumped warned "Expected list[TrafficLevel]" (PydanticSerializationUnexpectedValue)
+    return "sweep" if isinstance(v, dict | TrafficSweep) else "levels"
 
 
 # The two forms of ``traffic:``, told apart by shape; their tags are taken out of error locations again

@@ -77,3 +77,12 @@ def test_a_sweep_plan_loads_and_its_errors_name_the_key(tmp_path):
     with pytest.raises(CheckPlanError) as e:
         load_plan(p)
     assert "traffic.sweep.rates" in str(e.value)
+
+
+def test_a_sweep_plan_serializes_as_a_sweep_and_reads_back(tmp_path, recwarn):
+    p = tmp_path / "plan.yaml"
+    p.write_text(PLAN.replace("{SWEEP}", "{rates: 2, num_requests: 6}"))
+    plan = load_plan(p)
+    again = CheckPlan.model_validate_json(plan.model_dump_json())  # as check.json stores it
+    assert again.sweep == plan.sweep and again.sweep is not None and again.sweep.rates == 2
+    assert not [w for w in recwarn if "serializ" in str(w.message).lower()], [str(w.message) for w in recwarn]
