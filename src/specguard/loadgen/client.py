@@ -20,29 +20,15 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from specguard.loadgen.prompts import PromptItem
+from specguard.loadgen.stream_result import StreamResult as StreamResult  # re-exported: its users import it from here
 from specguard.results.models import SamplingOverrides
 
 FLUSH_PIECES = 64
-
-
-@dataclass
-class StreamResult:
-    """What the transport saw of one request: status, error, and the raw reads with their arrival times.
-
-    Times are seconds after the request's actual send. Reads not yet handed to
-    ``on_pieces`` are in ``pieces``.
-    """
-
-    error: str | None = None
-    http_status: int | None = None
-    stream_end: float | None = None
-    pieces: list[tuple[float, bytes]] = field(default_factory=list)
 
 
 class ArrivalStampedBuffer(collections.deque[bytes]):

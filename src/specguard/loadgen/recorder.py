@@ -49,7 +49,6 @@ from typing import Any, BinaryIO, Literal
 
 from specguard.errors import HelperProcessError, OutputWriteError
 from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
-from specguard.loadgen.client import StreamResult
 from specguard.loadgen.sse import (
     ParsedStream,
     SSEParser,
@@ -58,6 +57,7 @@ from specguard.loadgen.sse import (
     output_text,
     output_token_ids,
 )
+from specguard.loadgen.stream_result import StreamResult
 from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord, TokenSource
 from specguard.results.store import JsonlAppender
 

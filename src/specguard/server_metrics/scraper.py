@@ -30,14 +30,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO
-
-import aiohttp
+from typing import IO, TYPE_CHECKING
 
 from specguard.lifetime import ignore_interrupts, set_cpus, yield_cpu
 from specguard.results.models import MetricsSample
 from specguard.server_metrics.gpu import GpuSampler, NvmlSampler, gpu_sampler
 from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
+
+if TYPE_CHECKING:  # the child scrapes with urllib: aiohttp cost its start 0.3 s of imports, on every run
+    import aiohttp
 
 
 def _gap(t: float, phase: str, exc: BaseException) -> MetricsSample:
@@ -46,6 +47,8 @@ def _gap(t: float, phase: str, exc: BaseException) -> MetricsSample:
 
 
 async def scrape_once(session: aiohttp.ClientSession, url: str, t0: float, phase: str, timeout_s: float = 5.0) -> MetricsSample:
+    import aiohttp  # loaded already in the parent, which alone calls this
+
     t = time.monotonic() - t0
     try:
         async with asyncio.timeout(timeout_s):
