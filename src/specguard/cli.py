@@ -322,6 +322,7 @@ def check(
     and --resume continues it, refusing if the plan changed. With --baseline-run only the candidate is
     measured; each run is checked against its cell's workload before anything is sent.
     """
+    from specguard.check.baseline import cells_of_arguments
     from specguard.check.dry_run import dry_run as plan_dry_run
     from specguard.check.dry_run import render_dry_run
     from specguard.check.plan import load_plan
@@ -337,7 +338,10 @@ def check(
     if label:
         plan = plan.model_copy(update={"labels": {**plan.labels, **parse_labels(label)}})
     if dry_run:
-        for line in render_dry_run(plan_dry_run(plan), [s.name for s in plan.sampling], len(plan.prompts)):
+        if baseline_run:
+            cells_of_arguments(plan, baseline_run)  # the cells named must be the plan's, as a real run requires
+        estimate = plan_dry_run(plan, baseline_imported=bool(baseline_run))
+        for line in render_dry_run(estimate, [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)
         raise typer.Exit(0)
     for warning in plan_warnings(plan):

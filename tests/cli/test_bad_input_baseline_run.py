@@ -159,3 +159,11 @@ def test_a_guidellm_file_cannot_decide_on_per_token_itl(cli: Cli, tmp_path: Path
         USAGE,
         "the objective itl_ms needs per-token ITL and no request of this guidellm run",
     )
+
+
+def test_a_dry_run_checks_the_cells_named_and_counts_the_candidate_only(cli: Cli, tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "plan.yaml")
+    run = matching_file(tmp_path)
+    cli.fails(check(plan, tmp_path / "out", f"busy__greedy__p0={run}") + ["--dry-run"], USAGE, "no cell 'busy__greedy__p0'")
+    r = cli.ok(check(plan, tmp_path / "out", f"{CELL}={run}") + ["--dry-run"], 0)
+    assert "requests over the candidate (the baseline is imported, not measured)" in r.stdout

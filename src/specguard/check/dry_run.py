@@ -43,7 +43,8 @@ class DryRun(BaseModel):
     cells_per_level: int  # sampling settings x prompt sources
     repetitions: int
     levels: list[LevelEstimate]
-    total_requests: int | None  # both arms, every repetition and cell; None if some level has no count
+    arms_measured: int = 2  # 1 when the baseline is imported (--baseline-run): only the candidate sends
+    total_requests: int | None  # the measured arms, every repetition and cell; None if some level has no count
     total_s: float | None
     assumed_request_s: float
     warnings: list[str]
@@ -70,8 +71,11 @@ def _run_seconds(t: TrafficLevel, per_run: int | None, request_s: float) -> tupl
     return math.ceil(per_run / in_flight) * request_s, True
 
 
-def dry_run(plan: CheckPlan) -> DryRun:
-    """What ``check`` would send for ``plan``, per traffic level, with the totals and the time estimate."""
+def dry_run(plan: CheckPlan, baseline_imported: bool = False) -> DryRun:
+    """What ``check`` would send for ``plan``, per traffic level, with the totals and the time estimate.
+
+    ``baseline_imported``: the baseline comes from existing runs (``--baseline-run``), so only the candidate sends.
+    """
     request_s = (ASSUMED_TTFT_MS + plan.max_tokens * ASSUMED_ITL_MS) / 1000
     cells = len(plan.sampling) * len(plan.prompts)
     levels = []
@@ -90,7 +94,8 @@ def dry_run(plan: CheckPlan) -> DryRun:
                 short=req.planned is not None and req.planned < req.needed,
             )
         )
-    runs_per_level = 2 * plan.repetitions * cells
+    arms = 1 if baseline_imported else 2
+    runs_per_level = arms * plan.repetitions * cells
     counts = [lv.per_run for lv in levels]
     times = [lv.run_s for lv in levels]
     total_requests = None if None in counts else sum(c * runs_per_level for c in counts if c is not None)
@@ -100,6 +105,7 @@ def dry_run(plan: CheckPlan) -> DryRun:
         cells_per_level=cells,
         repetitions=plan.repetitions,
         levels=levels,
+        arms_measured=arms,
         total_requests=total_requests,
         total_s=total_s,
         assumed_request_s=request_s,
@@ -127,7 +133,8 @@ def render_dry_run(d: DryRun, sampling: list[str], prompts: int) -> list[str]:
             for i in range(prompts):
                 lines.append(f"  {lv.traffic} / {s} / prompts[{i}]: sends {planned}; needs {needs}; one run {run}{flag}")
     total = "unknown" if d.total_requests is None else str(d.total_requests)
-    lines.append(f"total: {total} requests over both arms; estimated wall time {_duration(d.total_s)}")
+    over = "both arms" if d.arms_measured == 2 else "the candidate (the baseline is imported, not measured)"
+    lines.append(f"total: {total} requests over {over}; estimated wall time {_duration(d.total_s)}")
     lines.append(
         f"estimate: open-loop levels last requests/rate; closed loops assume {d.assumed_request_s:g} s per request "
         f"({ASSUMED_TTFT_MS:g} ms TTFT + max_tokens x {ASSUMED_ITL_MS:g} ms ITL); server start-up and warm-up not counted"

@@ -34,6 +34,15 @@ def test_open_loop_time_is_requests_over_rate_and_totals_cover_both_arms():
     assert d.total_s == pytest.approx(8 * lv.run_s)
 
 
+def test_an_imported_baseline_halves_the_totals_and_says_so():
+    p = plan([{"name": "steady", "rate": 4, "num_requests": 40, "target": True}])
+    both, candidate_only = dry_run(p), dry_run(p, baseline_imported=True)
+    assert candidate_only.arms_measured == 1 and candidate_only.total_requests == both.total_requests // 2
+    assert candidate_only.total_s == pytest.approx(both.total_s / 2)
+    total = next(ln for ln in render_dry_run(candidate_only, ["greedy", "hot"], 1) if ln.startswith("total:"))
+    assert total.startswith("total: 160 requests over the candidate (the baseline is imported, not measured)")
+
+
 def test_closed_loop_uses_the_stated_assumption_and_duration_only_is_unknown_count():
     d = dry_run(
         plan(
