@@ -71,7 +71,7 @@ def differences(a: RunInfo, b: RunInfo) -> list[str]:
     prompts = prompt_difference(
         (a.prompt_source, a.prompt_sha256, a.prompt_generator), (b.prompt_source, b.prompt_sha256, b.prompt_generator)
     )
-    out = [prompt for prompt in (prompts,) if prompt is not None]
+    out = [prompts] if prompts is not None else []
     for field in ("prompt_count", "api", "model"):
         va, vb = getattr(a, field), getattr(b, field)
         if va != vb:

@@ -9,7 +9,7 @@ from specguard.analysis.compare import compare_repetitions, throughput_ratio
 from specguard.analysis.gpu_usage import mean_utilisation
 from specguard.analysis.slo import compare_goodput
 from specguard.check.outputs import cell_equivalence
-from specguard.check.plan import CheckPlan
+from specguard.check.plan import CheckPlan, plan_cells
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
@@ -32,100 +32,94 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
 def cell_comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> list[CellComparison]:
     """Every cell measured on both arms, segment by segment; ``skip``: cell keys not to compare (the verdict says why)."""
     cells: list[CellComparison] = []
-    for traffic in plan.levels:
-        for sampling in plan.sampling:
-            for i in range(len(plan.prompts)):
-                key = cell_key(traffic.name, sampling.name, i)
-                if key in skip:
-                    continue
-                records: dict[str, list[list[RequestRecord]]] = {}
-                summaries: dict[str, list[Summary]] = {}
-                for arm in ARMS:
-                    dirs = CheckDir(out).measured_runs(arm, key, plan.repetitions)
-                    records[arm] = [load_run(d)[1] for d in dirs]
-                    summaries[arm] = [load_summary(d) for d in dirs]
-                if not records["baseline"] or not records["candidate"]:
-                    continue  # one_arm_cells names it for the verdict
-                # greedy-output equivalence: only where decoding is greedy (temperature 0)
-                equivalence = cell_equivalence(plan, out, key) if sampling.temperature == 0 else None
-                segments = sorted({r.segment for reps in records.values() for rep in reps for r in rep})
-                for seg in segments:
-                    b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
-                    c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
-                    m = compare_repetitions(
-                        b,
-                        c,
+    for cell in plan_cells(plan):
+        key, traffic, sampling = cell.key, cell.traffic, cell.sampling
+        if key in skip:
+            continue
+        records: dict[str, list[list[RequestRecord]]] = {}
+        summaries: dict[str, list[Summary]] = {}
+        for arm in ARMS:
+            dirs = CheckDir(out).measured_runs(arm, key, plan.repetitions)
+            records[arm] = [load_run(d)[1] for d in dirs]
+            summaries[arm] = [load_summary(d) for d in dirs]
+        if not records["baseline"] or not records["candidate"]:
+            continue  # one_arm_cells names it for the verdict
+        # greedy-output equivalence: only where decoding is greedy (temperature 0)
+        equivalence = cell_equivalence(plan, out, key) if sampling.temperature == 0 else None
+        segments = sorted({r.segment for reps in records.values() for rep in reps for r in rep})
+        for seg in segments:
+            b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
+            c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
+            m = compare_repetitions(
+                b,
+                c,
+                seed=plan.seed,
+                resamples=plan.statistics.resamples,
+                min_tail=plan.statistics.min_tail_samples,
+                # the sample-size advice sizes for the change the objective counts
+                target_change=plan.objective.min_improvement,
+            )
+            if plan.slo is not None:
+                # candidate/baseline goodput, this segment's met requests over each run's whole window
+                m["goodput"] = {
+                    "rate": compare_goodput(
+                        records["baseline"],
+                        records["candidate"],
+                        plan.slo,
+                        segment=seg,
                         seed=plan.seed,
                         resamples=plan.statistics.resamples,
                         min_tail=plan.statistics.min_tail_samples,
-                        # the sample-size advice sizes for the change the objective counts
                         target_change=plan.objective.min_improvement,
                     )
-                    if plan.slo is not None:
-                        # candidate/baseline goodput, this segment's met requests over each run's whole window
-                        m["goodput"] = {
-                            "rate": compare_goodput(
-                                records["baseline"],
-                                records["candidate"],
-                                plan.slo,
-                                segment=seg,
-                                seed=plan.seed,
-                                resamples=plan.statistics.resamples,
-                                min_tail=plan.statistics.min_tail_samples,
-                                target_change=plan.objective.min_improvement,
-                            )
-                        }
-                    if plan.objective.metric == "goodput":
-                        objective = m["goodput"]["rate"]
-                    elif plan.objective.metric == "output_tokens_per_s":
-                        objective = throughput_ratio(
-                            [s.output_tokens_per_s for s in summaries["baseline"]],
-                            [s.output_tokens_per_s for s in summaries["candidate"]],
-                        )
-                    else:
-                        objective = m[plan.objective.metric][plan.objective.percentile]
-                    sb, sc = summaries["baseline"], summaries["candidate"]
-                    nb = sum(len(rep) for rep in b)
-                    nc = sum(len(rep) for rep in c)
-                    warnings = [
-                        f"{arm}: {w}"
-                        for arm in ARMS
-                        for s in summaries[arm]
-                        for w in s.warnings
-                        if any(k in w for k in _CLIENT_WARNINGS)
-                    ]
-                    cells.append(
-                        CellComparison(
-                            traffic=traffic.name,
-                            offered_load=traffic.offered_load,
-                            target=traffic.target,
-                            sampling=sampling.name,
-                            segment=seg,
-                            objective=objective,
-                            p99_e2e=m["e2e_ms"]["p99"],
-                            p99_ttft=m["ttft_ms"]["p99"],
-                            error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
-                            error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
-                            errors_baseline=sum(not r.ok for rep in b for r in rep),
-                            errors_candidate=sum(not r.ok for rep in c for r in rep),
-                            requests_baseline=nb,
-                            requests_candidate=nc,
-                            preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
-                            preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
-                            acceptance_rate=_acceptance_rate(sc),
-                            kv_usage_baseline=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sb]),
-                            kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
-                            waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
-                            waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
-                            gpu_util_baseline=_mean([mean_utilisation(s) for s in sb]),
-                            gpu_util_candidate=_mean([mean_utilisation(s) for s in sc]),
-                            tokens_per_s_baseline=_mean([s.output_tokens_per_s for s in sb]),
-                            tokens_per_s_candidate=_mean([s.output_tokens_per_s for s in sc]),
-                            client_warnings=sorted(set(warnings)),
-                            metrics=m,
-                            equivalence=equivalence.get(seg) if equivalence is not None else None,
-                        )
-                    )
+                }
+            if plan.objective.metric == "goodput":
+                objective = m["goodput"]["rate"]
+            elif plan.objective.metric == "output_tokens_per_s":
+                objective = throughput_ratio(
+                    [s.output_tokens_per_s for s in summaries["baseline"]],
+                    [s.output_tokens_per_s for s in summaries["candidate"]],
+                )
+            else:
+                objective = m[plan.objective.metric][plan.objective.percentile]
+            sb, sc = summaries["baseline"], summaries["candidate"]
+            nb = sum(len(rep) for rep in b)
+            nc = sum(len(rep) for rep in c)
+            warnings = [
+                f"{arm}: {w}" for arm in ARMS for s in summaries[arm] for w in s.warnings if any(k in w for k in _CLIENT_WARNINGS)
+            ]
+            cells.append(
+                CellComparison(
+                    traffic=traffic.name,
+                    offered_load=traffic.offered_load,
+                    target=traffic.target,
+                    sampling=sampling.name,
+                    segment=seg,
+                    objective=objective,
+                    p99_e2e=m["e2e_ms"]["p99"],
+                    p99_ttft=m["ttft_ms"]["p99"],
+                    error_rate_baseline=sum(not r.ok for rep in b for r in rep) / nb if nb else 0.0,
+                    error_rate_candidate=sum(not r.ok for rep in c for r in rep) / nc if nc else 0.0,
+                    errors_baseline=sum(not r.ok for rep in b for r in rep),
+                    errors_candidate=sum(not r.ok for rep in c for r in rep),
+                    requests_baseline=nb,
+                    requests_candidate=nc,
+                    preemptions_baseline=_sum_or_none([s.preemptions for s in sb]),
+                    preemptions_candidate=_sum_or_none([s.preemptions for s in sc]),
+                    acceptance_rate=_acceptance_rate(sc),
+                    kv_usage_baseline=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sb]),
+                    kv_usage_candidate=_mean([s.kv_cache_usage.mean if s.kv_cache_usage else None for s in sc]),
+                    waiting_baseline=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sb]),
+                    waiting_candidate=_mean([s.requests_waiting.mean if s.requests_waiting else None for s in sc]),
+                    gpu_util_baseline=_mean([mean_utilisation(s) for s in sb]),
+                    gpu_util_candidate=_mean([mean_utilisation(s) for s in sc]),
+                    tokens_per_s_baseline=_mean([s.output_tokens_per_s for s in sb]),
+                    tokens_per_s_candidate=_mean([s.output_tokens_per_s for s in sc]),
+                    client_warnings=sorted(set(warnings)),
+                    metrics=m,
+                    equivalence=equivalence.get(seg) if equivalence is not None else None,
+                )
+            )
     return cells
 
 

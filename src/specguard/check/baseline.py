@@ -39,8 +39,8 @@ from pathlib import Path
 
 from specguard.analysis.compare import prompt_token_difference
 from specguard.analysis.summarize import summarize
-from specguard.check.baseline_match import match_cell, plan_cells
-from specguard.check.plan import CheckPlan
+from specguard.check.baseline_match import match_cell
+from specguard.check.plan import CheckPlan, plan_cells
 from specguard.check.record import ArmInventory, CheckRecord
 from specguard.errors import OptionError, UsageError
 from specguard.loadgen.prompts import PromptSet

@@ -5,42 +5,22 @@ Differences refuse the run (exit 2, before anything is sent); warnings name what
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from specguard.analysis.compare import metric_values, prompt_difference
-from specguard.check.plan import CheckPlan, SamplingSetting, TrafficLevel
+from specguard.check.plan import CheckPlan, PlanCell, SamplingSetting
 from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.runner import sampling_on_the_wire
-from specguard.results.check_dir import cell_key
 from specguard.results.foreign.load import split_selector
 from specguard.results.foreign.run import LoadedRun
 from specguard.results.models import OUTPUTS_FILE, LoadShape, RunInfo, SamplingOverrides
 from specguard.results.store import SUMMARY_FILE
 
-__all__ = ["PlanCell", "match_cell", "plan_cells"]
+__all__ = ["match_cell"]
 
 # The load as a run records it, without its seed and warm-up: a check gives every repetition its own seed.
 _LOAD_KEYS = ("kind", "rate", "burstiness", "concurrency", "burst", "num_requests", "duration_s")
-
-
-@dataclass(frozen=True)
-class PlanCell:
-    """One cell of a plan: a traffic level x sampling setting x prompt source, and its key."""
-
-    key: str
-    traffic: TrafficLevel
-    sampling: SamplingSetting
-    source: int
-
-
-def plan_cells(plan: CheckPlan) -> list[PlanCell]:
-    return [
-        PlanCell(cell_key(t.name, s.name, i), t, s, i)
-        for t in plan.levels
-        for s in plan.sampling
-        for i in range(len(plan.prompts))
-    ]
 
 
 def match_cell(plan: CheckPlan, prompts: PromptSet, cell: PlanCell, run: LoadedRun) -> tuple[list[str], list[str], LoadedRun]:

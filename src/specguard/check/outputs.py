@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specguard.analysis.equivalence import Output, SegmentEquivalence, equivalence_by_segment
-from specguard.check.plan import CheckPlan
+from specguard.check.plan import CheckPlan, plan_cells
 from specguard.models_base import StrictModel
-from specguard.results.check_dir import ARMS, CheckDir, cell_key
+from specguard.results.check_dir import ARMS, CheckDir
 from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord
 from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
 
@@ -90,13 +90,7 @@ def cell_equivalence(plan: CheckPlan, out: Path, key: str) -> dict[str, SegmentE
 
 def greedy_cells(plan: CheckPlan) -> list[str]:
     """The cell keys whose outputs are compared: every traffic level x prompt source at a temperature-0 setting."""
-    return [
-        cell_key(t.name, s.name, i)
-        for t in plan.levels
-        for s in plan.sampling
-        if s.temperature == 0
-        for i in range(len(plan.prompts))
-    ]
+    return [c.key for c in plan_cells(plan) if c.sampling.temperature == 0]
 
 
 def forget_outputs(plan: CheckPlan, out: Path) -> None:

@@ -6,6 +6,7 @@ in the plan: an endpoint arm names the environment variable that holds one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from specguard.loadgen.datasets.load import source_problem
 from specguard.loadgen.datasets.options import PromptOptions
 from specguard.loadgen.extras import check_extra_body, is_secret_header, parse_headers
 from specguard.models_base import FiniteModel
+from specguard.results.check_dir import cell_key
 from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
 from specguard.vllm.server_spec import ServerSpec
@@ -285,3 +287,22 @@ def load_plan(path: Path) -> CheckPlan:
         if p.synthetic is not None and p.synthetic.tokenizer and not Path(p.synthetic.tokenizer).is_absolute():
             p.synthetic.tokenizer = str((path.parent / p.synthetic.tokenizer).resolve())
     return plan
+
+
+@dataclass(frozen=True)
+class PlanCell:
+    """One cell of a plan: a traffic level x sampling setting x prompt source, and its key."""
+
+    key: str
+    traffic: TrafficLevel
+    sampling: SamplingSetting
+    source: int
+
+
+def plan_cells(plan: CheckPlan) -> list[PlanCell]:
+    return [
+        PlanCell(cell_key(t.name, s.name, i), t, s, i)
+        for t in plan.levels
+        for s in plan.sampling
+        for i in range(len(plan.prompts))
+    ]
