@@ -1,24 +1,32 @@
 """Suffix decoding (Arctic Inference, vLLM ``method="suffix"`` from 0.12), re-implemented for replay. Pure.
 
-Follows vllm-facts.md section 5.2: a per-request tree over the prompt and the
-request's own output, a global tree over earlier responses with FIFO
-eviction past ``max_cached_requests``, suffixes indexed up to
-``max_tree_depth`` tokens. For every match length shorter than the pattern,
-the longest path of most frequent children is drafted while the running
-probability stays at or above ``min_token_prob``, at most
-``floor(match_len * max_spec_factor)`` tokens; the highest score (sum of the
-running probabilities) wins, ties to the longer match, and the local tree wins
-ties against the global one.
+Matches Arctic Inference's ``SuffixDecodingCache`` (arctic-inference 0.1.1,
+``csrc/suffix_decoding/suffix_tree.cc``) driven as vLLM's
+``SuffixDecodingProposer`` drives it: tests/integration/test_suffix_exactness.py
+compares the drafts of both at every step. What exactness takes:
 
-Not verified against Arctic Inference here (it is not installed with the
-embedded vLLM): ties between children of equal count go to the first one
-seen, which the C++ tree may order differently.
+* Per request a tree over prompt and output, one global tree over responses,
+  suffixes indexed up to ``max_tree_depth`` tokens; FIFO eviction past
+  ``max_cached_requests`` (0: no global tree); a response grows in the global
+  tree only while it is still cached there.
+* For every match length shorter than the pattern (the last ``max_tree_depth``
+  tokens), the path of first children is drafted while the running
+  probability stays at or above ``min_token_prob``, at most
+  ``int(match_len * max_spec_factor + 1e-6)`` tokens; the highest score (sum of
+  the running probabilities) wins, ties to the longer match, and the local tree
+  wins ties against the global one. Probabilities and scores are float32.
+* The first child is the first of the highest count in Arctic's sibling list,
+  whose order among equal counts follows from where a child moves: a new
+  child goes last; a child whose count rises becomes the first of its new
+  count if it was the first of its old one, else the last; a child whose count
+  falls becomes the first of its new count. ``_RANK`` encodes that order.
+* vLLM's rule at ``max_model_len``: a request at the limit adds nothing and
+  drafts nothing; it is started only with its first tokens under the limit.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,17 +41,17 @@ class SuffixParams(BaseModel):
     num_speculative_tokens: int | None = None  # None: the tree depth, as vLLM defaults it
 
 
-# A node is a two-item list [count, children]: children is None until the node gets one. Trees over real
-# traffic hold tens of millions of nodes, and a list is far cheaper to create than an object with a dict.
-_COUNT, _KIDS = 0, 1
+_F32 = array("f", [0.0])
 
 
-# A node is [count, children or None]; children map a token to its node.
+def f32(x: float) -> float:
+    """``x`` rounded to float32, as Arctic's C++ holds probabilities and scores."""
+    _F32[0] = x
+    return _F32[0]
+
+
+_COUNT, _KIDS, _RANK = 0, 1, 2
 Node = list[Any]
-
-
-def _new() -> Node:
-    return [0, None]
 
 
 class SuffixTree:
@@ -51,13 +59,25 @@ class SuffixTree:
 
     def __init__(self, max_depth: int):
         self.max_depth = max_depth
-        self.root = _new()
+        self.root: Node = [0, None, 0]
         self._seqs: dict[str, list[int]] = {}
         self._active: dict[str, list[Node]] = {}
+        self._t = 1
 
-    def child(self, node: Node, tok: int) -> Node | None:
-        kids = node[_KIDS]
-        return kids.get(tok) if kids else None
+    def count(self, path: Sequence[int]) -> int:
+        """How many indexed suffixes start with ``path`` (the root's count for an empty one)."""
+        node: Node | None = self.root
+        for tok in path:
+            kids = node[_KIDS] if node is not None else None
+            node = kids.get(tok) if kids else None
+            if node is None:
+                return 0
+        assert node is not None
+        return int(node[_COUNT])
+
+    def _first(self, parent: Node, x: Node) -> bool:
+        c, r = x[_COUNT], x[_RANK]
+        return all(y[_RANK] >= r for y in parent[_KIDS].values() if y[_COUNT] == c)
 
     def append(self, seq_id: str, tokens: Sequence[int]) -> None:
         seq = self._seqs.setdefault(seq_id, [])
@@ -68,15 +88,19 @@ class SuffixTree:
             active.append(root)
             root[_COUNT] += 1
             grown = []
-            length = len(active)  # the oldest suffix becomes this long
+            length = len(active)
             for node in active:
                 kids = node[_KIDS]
                 if kids is None:
                     kids = node[_KIDS] = {}
                 child = kids.get(tok)
                 if child is None:
-                    child = kids[tok] = [0, None]
-                child[_COUNT] += 1
+                    child = kids[tok] = [1, None, self._t]
+                else:
+                    front = node is not root and self._first(node, child)
+                    child[_COUNT] += 1
+                    child[_RANK] = -self._t if front else self._t
+                self._t += 1
                 if length < depth:
                     grown.append(child)
                 length -= 1
@@ -90,10 +114,12 @@ class SuffixTree:
             node = self.root
             for tok in seq[start : start + self.max_depth]:
                 child = node[_KIDS][tok]
-                child[_COUNT] -= 1
-                if child[_COUNT] == 0:
+                if child[_COUNT] == 1:
                     del node[_KIDS][tok]
                     break
+                child[_COUNT] -= 1
+                child[_RANK] = -self._t
+                self._t += 1
                 node = child
 
     def speculate(
@@ -101,6 +127,7 @@ class SuffixTree:
     ) -> tuple[list[int], float]:
         best: list[int] = []
         best_score = 0.0
+        factor, min_prob = f32(max_spec_factor), f32(min_token_prob)
         for match_len in range(1, len(pattern)):
             cur: Node = self.root
             node: Node | None = cur
@@ -111,9 +138,9 @@ class SuffixTree:
                     break
                 cur = node
             if node is None:
-                break  # no longer match exists either
-            limit = min(max_spec_tokens, math.floor(match_len * max_spec_factor + 1e-6))
-            draft, score = _follow(node, limit, min_token_prob)
+                break
+            limit = max(0, min(max_spec_tokens, int(f32(match_len * factor) + 1e-6)))
+            draft, score = _follow(node, limit, min_prob)
             if score >= best_score:
                 best, best_score = draft, score
         return best, best_score
@@ -123,12 +150,12 @@ def _follow(node: Node, limit: int, min_prob: float) -> tuple[list[int], float]:
     draft: list[int] = []
     prob, score = 1.0, 0.0
     while len(draft) < limit and node[_KIDS]:
-        tok, child = max(node[_KIDS].items(), key=lambda kv: kv[1][_COUNT])
-        prob *= child[_COUNT] / node[_COUNT]
+        tok, child = min(node[_KIDS].items(), key=lambda kv: (-kv[1][_COUNT], kv[1][_RANK]))
+        prob = f32(prob * f32(child[_COUNT] / node[_COUNT]))
         if prob < min_prob:
             break
         draft.append(tok)
-        score += prob
+        score = f32(score + prob)
         node = child
     return draft, score
 
@@ -139,39 +166,57 @@ class SuffixCache:
     def __init__(self, params: SuffixParams):
         self.p = params
         self.global_tree = SuffixTree(params.max_tree_depth)
-        self._cached: deque[str] = deque()
+        self._k = params.num_speculative_tokens or params.max_tree_depth
+        self._cached: dict[str, None] = {}
         self._local: dict[str, SuffixTree] = {}
+        self._prompt: dict[str, list[int]] = {}
         self._context: dict[str, list[int]] = {}
 
     def start_request(self, req_id: str, prompt: Sequence[int]) -> None:
-        tree = SuffixTree(self.p.max_tree_depth)
-        tree.append("prompt", prompt)
-        self._local[req_id] = tree
+        self._prompt[req_id] = list(prompt)
         self._context[req_id] = list(prompt)
-        if self.p.max_cached_requests > 0:
-            self._cached.append(req_id)
-            while len(self._cached) > self.p.max_cached_requests:
-                self.global_tree.remove(self._cached.popleft())
 
-    def add_response(self, req_id: str, tokens: Sequence[int]) -> None:
-        self._local[req_id].append("prompt", tokens)
-        self._context[req_id].extend(tokens)
-        if self.p.max_cached_requests > 0:
+    def _ensure_started(self, req_id: str) -> None:
+        if req_id in self._local:
+            return
+        tree = SuffixTree(self.p.max_tree_depth)
+        tree.append("s", self._prompt[req_id])
+        self._local[req_id] = tree
+        if self.p.max_cached_requests != 0:
+            if req_id in self._cached:
+                del self._cached[req_id]
+                self.global_tree.remove(req_id)
+            self._cached[req_id] = None
+            if self.p.max_cached_requests > 0:
+                while len(self._cached) > self.p.max_cached_requests:
+                    old = next(iter(self._cached))
+                    del self._cached[old]
+                    self.global_tree.remove(old)
+
+    def add_response(self, req_id: str, tokens: Sequence[int], max_model_len: int | None = None) -> None:
+        context = self._context[req_id]
+        context.extend(tokens)
+        if max_model_len is not None and len(context) >= max_model_len:
+            return
+        self._ensure_started(req_id)
+        self._local[req_id].append("s", tokens)
+        if req_id in self._cached:
             self.global_tree.append(req_id, tokens)
 
     def stop_request(self, req_id: str) -> None:
         self._local.pop(req_id, None)
+        self._prompt.pop(req_id, None)
         self._context.pop(req_id, None)
 
     def speculate(self, req_id: str, max_model_len: int) -> list[int]:
         context = self._context[req_id]
-        k = self.p.num_speculative_tokens or self.p.max_tree_depth
-        max_spec = min(k, max_model_len - len(context) - 1)
-        if max_spec <= 0:
+        n = len(context)
+        if n >= max_model_len:
             return []
+        self._ensure_started(req_id)
+        max_spec = min(self._k, max_model_len - n - 1)
         pattern = context[-self.p.max_tree_depth :]
-        local, local_score = self._local[req_id].speculate(pattern, max_spec, self.p.max_spec_factor, self.p.min_token_prob)
-        if self.p.max_cached_requests <= 0:
-            return local
-        glob, glob_score = self.global_tree.speculate(pattern, max_spec, self.p.max_spec_factor, self.p.min_token_prob)
+        args = (max_spec, self.p.max_spec_factor, self.p.min_token_prob)
+        local, local_score = self._local[req_id].speculate(pattern, *args)
+        glob, glob_score = self.global_tree.speculate(pattern, *args)
         return local if local_score >= glob_score else glob
