@@ -26,11 +26,13 @@ compares the drafts of both at every step. What exactness takes:
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import BaseModel
+
+from specguard.proposers.suffix_tree import SuffixTree, f32, spec_limit
+
+__all__ = ["SuffixCache", "SuffixParams", "SuffixTree"]
 
 
 class SuffixParams(BaseModel):
@@ -39,125 +41,6 @@ class SuffixParams(BaseModel):
     max_spec_factor: float = 1.0
     min_token_prob: float = 0.1
     num_speculative_tokens: int | None = None  # None: the tree depth, as vLLM defaults it
-
-
-_F32 = array("f", [0.0])
-
-
-def f32(x: float) -> float:
-    """``x`` rounded to float32, as Arctic's C++ holds probabilities and scores."""
-    _F32[0] = x
-    return _F32[0]
-
-
-_COUNT, _KIDS, _RANK = 0, 1, 2
-Node = list[Any]
-
-
-class SuffixTree:
-    """Counts of every substring (up to ``max_depth`` tokens) of the sequences appended to it."""
-
-    def __init__(self, max_depth: int):
-        self.max_depth = max_depth
-        self.root: Node = [0, None, 0]
-        self._seqs: dict[str, list[int]] = {}
-        self._active: dict[str, list[Node]] = {}
-        self._t = 1
-
-    def count(self, path: Sequence[int]) -> int:
-        """How many indexed suffixes start with ``path`` (the root's count for an empty one)."""
-        node: Node | None = self.root
-        for tok in path:
-            kids = node[_KIDS] if node is not None else None
-            node = kids.get(tok) if kids else None
-            if node is None:
-                return 0
-        assert node is not None
-        return int(node[_COUNT])
-
-    def _first(self, parent: Node, x: Node) -> bool:
-        c, r = x[_COUNT], x[_RANK]
-        return all(y[_RANK] >= r for y in parent[_KIDS].values() if y[_COUNT] == c)
-
-    def append(self, seq_id: str, tokens: Sequence[int]) -> None:
-        seq = self._seqs.setdefault(seq_id, [])
-        active = self._active.setdefault(seq_id, [])
-        root, depth = self.root, self.max_depth
-        for tok in tokens:
-            seq.append(tok)
-            active.append(root)
-            root[_COUNT] += 1
-            grown = []
-            length = len(active)
-            for node in active:
-                kids = node[_KIDS]
-                if kids is None:
-                    kids = node[_KIDS] = {}
-                child = kids.get(tok)
-                if child is None:
-                    child = kids[tok] = [1, None, self._t]
-                else:
-                    front = node is not root and self._first(node, child)
-                    child[_COUNT] += 1
-                    child[_RANK] = -self._t if front else self._t
-                self._t += 1
-                if length < depth:
-                    grown.append(child)
-                length -= 1
-            active[:] = grown
-
-    def remove(self, seq_id: str) -> None:
-        seq = self._seqs.pop(seq_id, [])
-        self._active.pop(seq_id, None)
-        for start in range(len(seq)):
-            self.root[_COUNT] -= 1
-            node = self.root
-            for tok in seq[start : start + self.max_depth]:
-                child = node[_KIDS][tok]
-                if child[_COUNT] == 1:
-                    del node[_KIDS][tok]
-                    break
-                child[_COUNT] -= 1
-                child[_RANK] = -self._t
-                self._t += 1
-                node = child
-
-    def speculate(
-        self, pattern: Sequence[int], max_spec_tokens: int, max_spec_factor: float, min_token_prob: float
-    ) -> tuple[list[int], float]:
-        best: list[int] = []
-        best_score = 0.0
-        factor, min_prob = f32(max_spec_factor), f32(min_token_prob)
-        for match_len in range(1, len(pattern)):
-            cur: Node = self.root
-            node: Node | None = cur
-            for tok in pattern[len(pattern) - match_len :]:
-                kids = cur[_KIDS]
-                node = kids.get(tok) if kids else None
-                if node is None:
-                    break
-                cur = node
-            if node is None:
-                break
-            limit = max(0, min(max_spec_tokens, int(f32(match_len * factor) + 1e-6)))
-            draft, score = _follow(node, limit, min_prob)
-            if score >= best_score:
-                best, best_score = draft, score
-        return best, best_score
-
-
-def _follow(node: Node, limit: int, min_prob: float) -> tuple[list[int], float]:
-    draft: list[int] = []
-    prob, score = 1.0, 0.0
-    while len(draft) < limit and node[_KIDS]:
-        tok, child = min(node[_KIDS].items(), key=lambda kv: (-kv[1][_COUNT], kv[1][_RANK]))
-        prob = f32(prob * f32(child[_COUNT] / node[_COUNT]))
-        if prob < min_prob:
-            break
-        draft.append(tok)
-        score = f32(score + prob)
-        node = child
-    return draft, score
 
 
 class SuffixCache:
@@ -215,8 +98,52 @@ class SuffixCache:
             return []
         self._ensure_started(req_id)
         max_spec = min(self._k, max_model_len - n - 1)
-        pattern = context[-self.p.max_tree_depth :]
-        args = (max_spec, self.p.max_spec_factor, self.p.min_token_prob)
-        local, local_score = self._local[req_id].speculate(pattern, *args)
-        glob, glob_score = self.global_tree.speculate(pattern, *args)
-        return local if local_score >= glob_score else glob
+        plen = min(n, self.p.max_tree_depth)
+        factor, min_prob = f32(self.p.max_spec_factor), f32(self.p.min_token_prob)
+        # Arctic tries every match length in both trees; ties go to the longer match, then to the local tree.
+        # Longest first, a match replaces the best only when strictly better, and none whose token limit
+        # cannot beat the best is tried: the same winner. The match nodes are the suffixes' own nodes.
+        best: list[int] = []
+        best_score = 0.0
+        tree = self._local[req_id]
+        seq = tree.seq("s")
+        assert seq is not None
+        for node, d in seq.working:  # longest first, as append builds it
+            if d >= plen:
+                continue
+            limit = spec_limit(d, factor, max_spec)
+            if limit <= best_score:
+                break
+            draft, score = tree.follow(node, d, limit, min_prob)
+            if score > best_score:
+                best, best_score = draft, score
+        if self.p.max_cached_requests == 0:
+            return best
+        g = self.global_tree
+        own = g.seq(req_id) if req_id in self._cached else None
+        r = min(len(own.tokens), plen) if own is not None else 0
+        # match lengths past this response (into the prompt) are walked from the root, as Arctic walks them all
+        walked = []
+        for m in range(r + 1, plen):
+            where = g.locate(context[n - m :])
+            if where is None:
+                break
+            walked.append((m, where))
+        for m, where in reversed(walked):
+            limit = spec_limit(m, factor, max_spec)
+            if limit <= best_score:
+                break
+            draft, score = g.draft(where, limit, min_prob)
+            if score > best_score:
+                best, best_score = draft, score
+        if own is not None:
+            for node, d in sorted(own.working, key=lambda e: -e[1]):
+                if d >= plen:
+                    continue
+                limit = spec_limit(d, factor, max_spec)
+                if limit <= best_score:
+                    break
+                draft, score = g.follow(node, d, limit, min_prob)
+                if score > best_score:
+                    best, best_score = draft, score
+        return best
