@@ -33,8 +33,12 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any
 
-_COUNT, _KIDS, _RANK, _GRP, _HEAD, _SEQ, _POS, _TOK = range(8)
-Node = list[Any]  # [count, {token: Node} | None, rank, {count: heap} | None, first child, _Seq | None, pos, token]
+_COUNT, _KIDS, _RANK, _GRP, _HEAD, _SEQ, _POS, _TOK, _DEPTH = range(9)
+# [count, {token: Node} | None, rank, {count: heap} | None, first child, tail's tokens | None, pos, token, depth]
+# A tail holds its sequence's token list, not the _Seq: no reference cycle, so a dropped tree is freed
+# by reference counting alone.
+Node = list[Any]
+Where = tuple[Node | None, list[int] | None, int, int]  # locate's answer: node or (tail tokens, pos), depth
 _EXACT = 1 << 24  # counts a float32 holds exactly
 
 _F = array("f", [0.0])
@@ -47,13 +51,13 @@ def f32(x: float) -> float:
 
 
 class _Seq:
-    """One appended sequence: its tokens and its suffixes that stand on materialized nodes, with their depths."""
+    """One appended sequence: its tokens and the nodes of its suffixes that stand on materialized nodes."""
 
     __slots__ = ("tokens", "working")
 
     def __init__(self) -> None:
         self.tokens: list[int] = []
-        self.working: list[tuple[Node, int]] = []
+        self.working: list[Node] = []
 
 
 def _clean(heap: list[tuple[int, Node]]) -> None:
@@ -66,8 +70,9 @@ class SuffixTree:
 
     def __init__(self, max_depth: int):
         self.max_depth = max_depth
-        self.root: Node = [0, None, 0, None, None, None, 0, -1]
+        self.root: Node = [0, None, 0, None, None, None, 0, -1, 0]
         self._seqs: dict[str, _Seq] = {}
+        self._owner: dict[int, _Seq] = {}  # id(tokens) -> its _Seq, for tails whose suffix grows again
         self._t = 1
 
     def seq(self, seq_id: str) -> _Seq | None:
@@ -79,6 +84,7 @@ class SuffixTree:
         s = self._seqs.get(seq_id)
         if s is None:
             s = self._seqs[seq_id] = _Seq()
+            self._owner[id(s.tokens)] = s
         toks, root, depth, increment = s.tokens, self.root, self.max_depth, self._increment
         # One pass per token over the suffixes on materialized nodes, oldest first as in Arctic; the rest
         # stand in their own tails and grow with ``toks``. Materializing and an only child's increment are
@@ -88,46 +94,49 @@ class SuffixTree:
             n = len(toks)
             root[_COUNT] += 1
             entries = s.working
-            entries.append((root, 0))
+            entries.append(root)
             s.working = grown = []
-            for node, d in entries:
-                kids = node[_KIDS]
-                child = kids.get(tok) if kids is not None else None
-                if child is None:
-                    if kids is None:
-                        node[_KIDS] = {tok: (leaf := [1, None, 0, None, None, s, n - 1, tok])}
-                        node[_HEAD] = leaf
-                    else:
-                        t = self._t
-                        self._t = t + 1
-                        kids[tok] = leaf = [1, None, t, None, None, s, n - 1, tok]
-                        if node is not root:
-                            grp = node[_GRP]
-                            if grp is None:
-                                first = node[_HEAD]
-                                node[_GRP] = grp = {first[_COUNT]: [(first[_RANK], first)]}
-                            self._push(node, grp, 1, leaf)
-                    continue
-                d += 1
-                src = child[_SEQ]
-                if src is not None:  # a tail: its first token becomes a node, the rest stays a tail
-                    pos, stoks = child[_POS], src.tokens
+            for node in entries:
+                child = node[_HEAD]  # on repetitive text the first child is the usual next step: no dict look-up
+                if child is None or child[_TOK] != tok:
+                    kids = node[_KIDS]
+                    child = kids.get(tok) if kids is not None else None
+                    if child is None:
+                        d = node[_DEPTH] + 1
+                        if kids is None:
+                            node[_KIDS] = {tok: (leaf := [1, None, 0, None, None, toks, n - 1, tok, d])}
+                            node[_HEAD] = leaf
+                        else:
+                            t = self._t
+                            self._t = t + 1
+                            kids[tok] = leaf = [1, None, t, None, None, toks, n - 1, tok, d]
+                            if node is not root:
+                                grp = node[_GRP]
+                                if grp is None:
+                                    first = node[_HEAD]
+                                    node[_GRP] = grp = {first[_COUNT]: [(first[_RANK], first)]}
+                                self._push(node, grp, 1, leaf)
+                        continue
+                stoks = child[_SEQ]
+                if stoks is not None:  # a tail: its first token becomes a node, the rest stays a tail
+                    d = child[_DEPTH]
+                    pos = child[_POS]
                     end = pos + depth - d + 1
                     if end > len(stoks):
                         end = len(stoks)
                     child[_SEQ] = None
                     if end - pos >= 2:
                         nt = stoks[pos + 1]
-                        child[_KIDS] = {nt: (rest := [1, None, 0, None, None, src, pos + 1, nt])}
+                        child[_KIDS] = {nt: (rest := [1, None, 0, None, None, stoks, pos + 1, nt, d + 1])}
                         child[_HEAD] = rest
                     elif end == len(stoks) and d < depth:
-                        src.working.append((child, d))  # the tail's own suffix stood at its end: it grows from here
+                        self._owner[id(stoks)].working.append(child)  # its own suffix stood at its end: grows from here
                 if node[_GRP] is None:  # an only child (or the root's): no order to keep
                     child[_COUNT] += 1
                 else:
                     increment(node, child)
-                if d < depth:
-                    grown.append((child, d))
+                if child[_DEPTH] < depth:
+                    grown.append(child)
 
     def _push(self, parent: Node, grp: dict[int, list[tuple[int, Node]]], count: int, x: Node) -> None:
         heap = grp.get(count)
@@ -189,7 +198,9 @@ class SuffixTree:
             parent[_KIDS] = parent[_HEAD] = parent[_GRP] = None
             return
         grp = parent[_GRP]
-        if grp is None:  # the root
+        if grp is None:  # the root: its first child is only a look-up shortcut
+            if parent[_HEAD] is x:
+                parent[_HEAD] = None
             return
         heap = grp[1]
         if heap[0][1] is x:
@@ -204,6 +215,7 @@ class SuffixTree:
         s = self._seqs.pop(seq_id, None)
         if s is None:
             return
+        del self._owner[id(s.tokens)]
         toks, root, depth = s.tokens, self.root, self.max_depth
         for start in range(len(toks)):
             root[_COUNT] -= 1
@@ -223,7 +235,7 @@ class SuffixTree:
 
     # -- reading ----------------------------------------------------------------------------------------------
 
-    def locate(self, path: Sequence[int]) -> tuple[Node | None, _Seq | None, int, int] | None:
+    def locate(self, path: Sequence[int]) -> Where | None:
         """Where ``path`` ends: (node, None, 0, depth) on a node, (None, seq, pos, depth) inside a tail, None if absent."""
         node, d, n = self.root, 0, len(path)
         i = 0
@@ -235,12 +247,12 @@ class SuffixTree:
             i += 1
             d += 1
             if child[_SEQ] is not None:
-                s: _Seq = child[_SEQ]
-                pos, toks, k = child[_POS], s.tokens, n - i
+                toks = child[_SEQ]
+                pos, k = child[_POS], n - i
                 end = min(len(toks), pos + self.max_depth - d + 1)
                 if pos + 1 + k > end or toks[pos + 1 : pos + 1 + k] != list(path[i:]):
                     return None
-                return None, s, pos + k, d + k
+                return None, toks, pos + k, d + k
             node = child
         return node, None, 0, d
 
@@ -251,13 +263,13 @@ class SuffixTree:
             return 0
         return int(where[0][_COUNT]) if where[0] is not None else 1
 
-    def draft(self, where: tuple[Node | None, _Seq | None, int, int], limit: int, min_prob: float) -> tuple[list[int], float]:
+    def draft(self, where: Where, limit: int, min_prob: float) -> tuple[list[int], float]:
         """Arctic's ``_speculate_path`` from a ``locate`` result: first children while the probability holds."""
         node, s, pos, d = where
         if node is None:  # inside a tail: its own tokens, probability 1
             assert s is not None
-            end = min(len(s.tokens), pos + self.max_depth - d + 1)
-            out = s.tokens[pos + 1 : min(end, pos + 1 + limit)]
+            end = min(len(s), pos + self.max_depth - d + 1)
+            out = s[pos + 1 : min(end, pos + 1 + limit)]
             return out, float(len(out))
         return self.follow(node, d, limit, min_prob)
 
@@ -287,8 +299,8 @@ class SuffixTree:
                 d += 1
                 continue
             pos = head[_POS]
-            end = min(len(s.tokens), pos + self.max_depth - d)
-            take = s.tokens[pos : min(end, pos + limit - len(draft))]
+            end = min(len(s), pos + self.max_depth - d)
+            take = s[pos : min(end, pos + limit - len(draft))]
             draft += take
             for _ in take:
                 f[0] = score + prob

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from specguard.proposers.replay import ReplayStats, replay_ngram_sweep, replay_suffix
-from specguard.proposers.suffix import SuffixCache, SuffixParams
+from specguard.proposers.suffix import SuffixCache, SuffixParams, fewer_gc_collections
 from specguard.workload.candidacy import (
     VERIFY_COST_PER_TOKEN,
     Candidacy,
@@ -271,45 +271,46 @@ def assess(
     prompt_total = output_total = outputs = 0
     per_request = requests_out.open("w") if requests_out is not None else None
     try:
-        for n, entry in enumerate(read_log(log, fmt, skipped)):
-            if t0 is None and entry.timestamp is not None:
-                t0 = entry.timestamp.timestamp()
-            prompt = tokenizer.prompt_ids(entry)
-            output = tokenizer.output_ids(entry)
-            name = segment_of(entry, rules or [])
-            seg = segments.setdefault(name, _Segment(sweep))
-            if collect is not None and len(collect) < collect_max:
-                collect.append(entry.as_bench_item(len(output) if output else None, name))
-            mine = seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
-            overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
-            prompt_total += len(prompt)
-            if output is not None:
-                output_total += len(output)
-                outputs += 1
-            if per_request is not None:
-                per_request.write(
-                    json.dumps(
-                        {
-                            "request": n,
-                            "id": entry.id,
-                            "segment": name,
-                            "prompt_tokens": len(prompt),
-                            "output_tokens": len(output) if output is not None else None,
-                            **{
-                                m: {
-                                    "drafts": st.drafts,
-                                    "draft_tokens": st.draft_tokens,
-                                    "accepted": st.accepted,
-                                    "steps": st.steps,
-                                    **st.rates(),
-                                }
-                                for m, st in mine.items()
-                            },
-                        }
+        with fewer_gc_collections():  # suffix trees: millions of small lists (proposers/suffix.py)
+            for n, entry in enumerate(read_log(log, fmt, skipped)):
+                if t0 is None and entry.timestamp is not None:
+                    t0 = entry.timestamp.timestamp()
+                prompt = tokenizer.prompt_ids(entry)
+                output = tokenizer.output_ids(entry)
+                name = segment_of(entry, rules or [])
+                seg = segments.setdefault(name, _Segment(sweep))
+                if collect is not None and len(collect) < collect_max:
+                    collect.append(entry.as_bench_item(len(output) if output else None, name))
+                mine = seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
+                overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
+                prompt_total += len(prompt)
+                if output is not None:
+                    output_total += len(output)
+                    outputs += 1
+                if per_request is not None:
+                    per_request.write(
+                        json.dumps(
+                            {
+                                "request": n,
+                                "id": entry.id,
+                                "segment": name,
+                                "prompt_tokens": len(prompt),
+                                "output_tokens": len(output) if output is not None else None,
+                                **{
+                                    m: {
+                                        "drafts": st.drafts,
+                                        "draft_tokens": st.draft_tokens,
+                                        "accepted": st.accepted,
+                                        "steps": st.steps,
+                                        **st.rates(),
+                                    }
+                                    for m, st in mine.items()
+                                },
+                            }
+                        )
+                        + "\n"
                     )
-                    + "\n"
-                )
-            progress(n + 1, outputs)  # requests read, and replayed (those with a response)
+                progress(n + 1, outputs)  # requests read, and replayed (those with a response)
     finally:
         if per_request is not None:
             per_request.close()
