@@ -89,9 +89,10 @@ class SuffixTree:
         # One pass per token over the suffixes on materialized nodes, oldest first as in Arctic; the rest
         # stand in their own tails and grow with ``toks``. Materializing and an only child's increment are
         # inlined: on repetitive text every suffix walks someone else's tail, one call less each saves ~25%.
+        n = len(toks)
         for tok in tokens:
             toks.append(tok)
-            n = len(toks)
+            n += 1
             root[_COUNT] += 1
             entries = s.working
             entries.append(root)
@@ -120,16 +121,16 @@ class SuffixTree:
                 stoks = child[_SEQ]
                 if stoks is not None:  # a tail: its first token becomes a node, the rest stays a tail
                     d = child[_DEPTH]
-                    pos = child[_POS]
+                    pos, slen = child[_POS], len(stoks)
                     end = pos + depth - d + 1
-                    if end > len(stoks):
-                        end = len(stoks)
+                    if end > slen:
+                        end = slen
                     child[_SEQ] = None
                     if end - pos >= 2:
                         nt = stoks[pos + 1]
                         child[_KIDS] = {nt: (rest := [1, None, 0, None, None, stoks, pos + 1, nt, d + 1])}
                         child[_HEAD] = rest
-                    elif end == len(stoks) and d < depth:
+                    elif end == slen and d < depth:
                         self._owner[id(stoks)].working.append(child)  # its own suffix stood at its end: grows from here
                 if node[_GRP] is None:  # an only child (or the root's): no order to keep
                     child[_COUNT] += 1
@@ -155,6 +156,10 @@ class SuffixTree:
         self._t = t + 1
         grp = parent[_GRP]
         heap = grp[c]
+        if len(heap) == 1 and c + 1 not in grp:  # alone at c and at c + 1: same place, same rank
+            grp[c + 1] = grp.pop(c)
+            x[_COUNT] = c + 1
+            return
         if heap[0][1] is x:  # the first of its count: it becomes the first of the next
             heappop(heap)
             x[_RANK] = -t
@@ -178,6 +183,9 @@ class SuffixTree:
         if grp is None:  # an only child: its rank orders it only once it has siblings, and any rank does
             return
         heap = grp[c]
+        if len(heap) == 1 and c - 1 not in grp:  # alone at c and at c - 1: same place, same rank
+            grp[c - 1] = grp.pop(c)
+            return
         top = heap[0][1] is x
         x[_RANK] = -t  # the first of its new count
         if top:
