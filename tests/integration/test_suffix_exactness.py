@@ -9,6 +9,7 @@ builds from the arctic-inference sdist (no torch needed).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,38 @@ def test_suffix_drafts_identical_to_arctic(arctic_suffix_cache: Any, models: Mod
     assert total.steps >= 10_000
     assert total.drafts >= total.steps // 5  # the workloads do draft: a comparison of empty drafts would prove little
     assert total.mismatches == 0, f"{total.mismatches} of {total.steps} drafts differ:\n" + "\n".join(failures[:10])
+
+
+class _Ids:
+    """Logged token ids as they are."""
+
+    def prompt_ids(self, entry: Any) -> list[int]:
+        return list(entry.prompt_token_ids)
+
+    def output_ids(self, entry: Any) -> list[int] | None:
+        return list(entry.response.token_ids) if entry.response is not None else None
+
+
+def test_assess_gives_the_same_numbers_on_arctic_and_on_the_python_cache(arctic_suffix_cache: Any, tmp_path: Path) -> None:
+    from specguard.workload.assess import assess
+
+    rng = random.Random(7)
+    lines = []
+    for _, prompt, output in _planted(rng, 60, "log"):
+        entry = {
+            "schema_version": "specguard.request_log/1",
+            "endpoint": "completions",
+            "prompt_token_ids": prompt,
+            "sampling": {"temperature": 0},
+            "response": {"token_ids": output},
+        }
+        lines.append(json.dumps(entry) + "\n")
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(lines))
+    on_arctic = assess(log, _Ids(), "ids", suffix_engine="arctic")
+    on_python = assess(log, _Ids(), "ids", suffix_engine="python")
+    assert on_arctic.suffix_cache is not None and on_arctic.suffix_cache.startswith("Arctic Inference")
+    assert on_python.suffix_cache is not None and on_python.suffix_cache.startswith("specguard's pure-Python")
+    assert on_arctic.overall.suffix is not None and on_arctic.overall.suffix.drafts > 0
+    same = {"suffix_cache"}
+    assert on_arctic.model_dump(exclude=same) == on_python.model_dump(exclude=same)
