@@ -1,4 +1,4 @@
-"""Offline n-gram replay speed: specguard's implementation vs vLLM's own proposer called step by step.
+"""Offline replay speed: specguard's n-gram and suffix proposers vs vLLM's and Arctic Inference's own, step by step.
 
 Both replay the same tokenized requests, in one run, with the same greedy
 verification loop (vllm-facts.md section 5: draft from the accepted context,
@@ -10,8 +10,15 @@ int32 buffer per request, the way vLLM's runner passes ``token_ids_cpu``. The
 draft and acceptance totals must agree, or the speed comparison is void.
 Prints output tokens replayed per second for both and the ratio.
 
+With ``--method suffix`` the same requests go through one shared suffix cache each
+(replay_suffix, as assess runs it): specguard's pure-Python cache and Arctic
+Inference's C++ ``SuffixDecodingCache`` (the build scripts/setup.sh makes) driven
+as vLLM drives it; the replay totals must be equal, and an untimed pass of
+proposers/differential compares the two drafts at every step.
+
 Not a test: the figures depend on the machine. Usage:
     .venv/bin/python bench/acceptance_replay.py [--log LOG | --text DOC] [--tokenizer DIR] [--requests 400]
+        [--method ngram|suffix] [--depth 24]
 Without --log, a log is synthesized: prompts of 200-2000 tokens, 256 output tokens each, half of them copying
 spans of their prompt (extraction) and half not (open chat).
 """
@@ -25,10 +32,17 @@ import random
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from specguard.embedded.arctic_suffix import BUILD_HINT, import_arctic_cache
 from specguard.embedded.runtime import ensure_runtime
+from specguard.proposers import SuffixCache, SuffixParams, replay_suffix
+from specguard.proposers.arctic import ArcticSuffixCache
+from specguard.proposers.differential import drive
 from specguard.proposers.replay import ReplayStats, replay_ngram
+from specguard.proposers.suffix import fewer_gc_collections
 
 VLLM_SIDE = r"""
 import json, sys, time
@@ -111,6 +125,48 @@ def logged_requests(log: Path, tokenizer: Path) -> list[tuple[list[int], list[in
     return out
 
 
+def _suffix_run(make: Callable[[], Any], reqs: list[tuple[list[int], list[int]]], repeats: int) -> tuple[float, ReplayStats]:
+    """Best time of ``repeats`` replays of all requests through one fresh cache each."""
+    best, total = float("inf"), ReplayStats()
+    for _ in range(repeats):
+        cache = make()
+        t = time.perf_counter()
+        total = ReplayStats()
+        with fewer_gc_collections():  # as assess runs it
+            for i, (prompt, output) in enumerate(reqs):
+                total = total.add(replay_suffix(cache, f"r{i}", prompt, output, 1 << 30))
+        best = min(best, time.perf_counter() - t)
+    return best, total
+
+
+def suffix_bench(reqs: list[tuple[list[int], list[int]]], depth: int, repeats: int) -> None:
+    found = import_arctic_cache()
+    if found is None:
+        raise SystemExit(f"Arctic Inference's suffix cache is not built: {BUILD_HINT}")
+    arctic_cls, where = found
+    params = SuffixParams(max_tree_depth=depth)
+    ours_s, ours = _suffix_run(lambda: SuffixCache(params), reqs, repeats)
+    theirs_s, theirs = _suffix_run(lambda: ArcticSuffixCache(params, arctic_cls), reqs, repeats)
+    diff = drive(
+        ArcticSuffixCache(params, arctic_cls), SuffixCache(params), [(f"r{i}", p, o) for i, (p, o) in enumerate(reqs)], 1 << 30
+    )
+    same = ours == theirs and diff.mismatches == 0
+    print(
+        f"machine: {platform.processor() or platform.machine()}, requests: {len(reqs)}, output tokens: "
+        f"{ours.output_tokens}, suffix depth={depth} (vLLM's other defaults), best of {repeats}; Arctic: {where}"
+    )
+    print(
+        f"identical replay totals: {ours == theirs} (drafts {ours.drafts}, draft tokens {ours.draft_tokens}, accepted "
+        f"{ours.accepted}; Arctic {theirs.drafts}, {theirs.draft_tokens}, {theirs.accepted}); "
+        f"drafts compared step by step: {diff.steps}, differing: {diff.mismatches}"
+    )
+    print(f"specguard (pure Python): {ours.output_tokens / ours_s:12,.0f} output tokens/s ({ours_s:.3f} s)")
+    print(f"Arctic (C++, nanobind) : {theirs.output_tokens / theirs_s:12,.0f} output tokens/s ({theirs_s:.3f} s)")
+    print(f"ratio specguard / Arctic: {theirs_s / ours_s:.2f}x")
+    if not same:
+        raise SystemExit("the two caches disagree: the speed comparison is void")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log", type=Path)
@@ -122,6 +178,8 @@ def main() -> None:
     ap.add_argument("--min-n", type=int, default=2)
     ap.add_argument("--max-n", type=int, default=5)
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--method", choices=["ngram", "suffix"], default="ngram")
+    ap.add_argument("--depth", type=int, default=24, help="suffix: max_tree_depth")
     args = ap.parse_args()
     if args.log:
         reqs = logged_requests(args.log, args.tokenizer)
@@ -129,6 +187,9 @@ def main() -> None:
         reqs = text_requests(args.text, args.tokenizer, args.requests, args.seed)
     else:
         reqs = synthetic_requests(args.requests, args.seed)
+    if args.method == "suffix":
+        suffix_bench(reqs, args.depth, args.repeats)
+        return
     mml = 1 << 30
     runtime = ensure_runtime()
 

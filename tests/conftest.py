@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from specguard.embedded.arctic_suffix import BUILD_HINT, arctic_suffix_dir, import_arctic_cache
 from specguard.embedded.models import ModelSet, ensure_models
 from specguard.embedded.runtime import VllmRuntime, ensure_runtime
 from specguard.embedded.servers import embedded_server, embedded_spec
@@ -32,6 +34,15 @@ def runtime() -> VllmRuntime:
 @pytest.fixture(scope="session")
 def models(runtime: VllmRuntime) -> ModelSet:
     return ensure_models(runtime)
+
+
+@pytest.fixture(scope="session")
+def arctic_suffix_cache() -> Any:
+    """Arctic Inference's own SuffixDecodingCache class, as scripts/setup.sh builds it from the sdist."""
+    found = import_arctic_cache(prefer_built=True)
+    if found is None:
+        pytest.fail(f"Arctic Inference's suffix cache is not built in {arctic_suffix_dir()}: {BUILD_HINT}")
+    return found[0]
 
 
 @pytest.fixture(scope="session")

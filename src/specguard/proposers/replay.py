@@ -18,12 +18,15 @@ accepted count lies between ``accepted`` and ``accepted + past_end``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from pydantic import BaseModel, Field
 
 from specguard.proposers.ngram import KnownSequenceDrafts
 from specguard.proposers.suffix import SuffixCache
+
+if TYPE_CHECKING:
+    from specguard.proposers.arctic import ArcticSuffixCache
 
 # One request's proposer: called with the accepted context, returns the draft.
 Proposer = Callable[[list[int]], list[int]]
@@ -172,7 +175,7 @@ def replay_ngram(prompt: Sequence[int], output: Sequence[int], min_n: int, max_n
 
 
 def replay_suffix(
-    cache: SuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int], max_model_len: int
+    cache: SuffixCache | ArcticSuffixCache, req_id: str, prompt: Sequence[int], output: Sequence[int], max_model_len: int
 ) -> ReplayStats:
     """One request through a shared suffix cache: earlier requests' responses are in its global tree."""
     started = False
@@ -181,10 +184,10 @@ def replay_suffix(
         nonlocal started
         if not started:
             cache.start_request(req_id, tokens[: len(prompt)])
-            cache.add_response(req_id, tokens[len(prompt) :])
+            cache.add_response(req_id, tokens[len(prompt) :], max_model_len)
             started = True
         else:
-            cache.add_response(req_id, tokens)
+            cache.add_response(req_id, tokens, max_model_len)
 
     try:
         return replay(prompt, output, lambda _pos: cache.speculate(req_id, max_model_len), advance)

@@ -13,12 +13,15 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specguard.embedded.arctic_suffix import BUILD_HINT, import_arctic_cache
+from specguard.errors import RuntimeFailure
+from specguard.proposers.arctic import ArcticSuffixCache
 from specguard.proposers.replay import ReplayStats, replay_ngram_sweep, replay_suffix
-from specguard.proposers.suffix import SuffixCache, SuffixParams
+from specguard.proposers.suffix import SuffixCache, SuffixParams, fewer_gc_collections
 from specguard.workload.candidacy import (
     VERIFY_COST_PER_TOKEN,
     Candidacy,
@@ -140,6 +143,28 @@ class AssessReport(BaseModel):
     limits: list[str] = Field(default_factory=lambda: list(LIMITS))
     definitions: dict[str, str] = Field(default_factory=lambda: dict(DEFINITIONS))
     check_plan: str | None = None
+    suffix_cache: str | None = Field(
+        default=None,
+        description="the suffix cache the replay ran on: Arctic Inference's own SuffixDecodingCache when it "
+        "imports, else specguard's re-implementation, which drafts the same (tests/integration/test_suffix_exactness.py)",
+    )
+
+
+SuffixEngine = Literal["auto", "arctic", "python"]
+
+
+def suffix_caches(
+    keys: list[tuple[int, float]], engine: SuffixEngine = "auto"
+) -> tuple[dict[tuple[int, float], SuffixCache | ArcticSuffixCache], str]:
+    """One shared cache per (depth, min prob); Arctic's own when ``engine`` allows and it imports."""
+    found = import_arctic_cache() if engine != "python" else None
+    if engine == "arctic" and found is None:
+        raise RuntimeFailure(f"Arctic Inference's suffix cache does not import: {BUILD_HINT}")
+    params = {key: SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]) for key in keys}
+    if found is not None:
+        cls, where = found
+        return {k: ArcticSuffixCache(p, cls) for k, p in params.items()}, f"Arctic Inference SuffixDecodingCache ({where})"
+    return {k: SuffixCache(p) for k, p in params.items()}, "specguard's pure-Python suffix cache (exact to Arctic's)"
 
 
 class _Segment:
@@ -157,7 +182,7 @@ class _Segment:
         prompt: list[int],
         output: list[int] | None,
         t0: float | None,
-        caches: dict[tuple[int, float], SuffixCache],
+        caches: dict[tuple[int, float], SuffixCache | ArcticSuffixCache],
         req_id: str,
         max_model_len: int,
         replay: bool = True,
@@ -252,64 +277,59 @@ def assess(
     collect: list[dict[str, Any]] | None = None,
     collect_max: int = 200,
     requests_out: Path | None = None,
+    suffix_engine: SuffixEngine = "auto",
 ) -> AssessReport:
     """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items;
     ``requests_out`` gets one JSON line per request with its own replay under the default configs;
     ``progress`` is told, after each request, how many were read and how many replayed."""
     skipped = SkipCounter() if skip_bad else None
-    caches = (
-        {
-            key: SuffixCache(SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]))
-            for key in (SUFFIX_GRID if sweep else SUFFIX_GRID[:1])
-        }
-        if suffix
-        else {}
-    )
+    caches, cache_name = suffix_caches(SUFFIX_GRID if sweep else SUFFIX_GRID[:1], suffix_engine) if suffix else ({}, None)
     segments: dict[str, _Segment] = {}
     overall = _Segment(sweep=False)
     t0: float | None = None
     prompt_total = output_total = outputs = 0
     per_request = requests_out.open("w") if requests_out is not None else None
     try:
-        for n, entry in enumerate(read_log(log, fmt, skipped)):
-            if t0 is None and entry.timestamp is not None:
-                t0 = entry.timestamp.timestamp()
-            prompt = tokenizer.prompt_ids(entry)
-            output = tokenizer.output_ids(entry)
-            name = segment_of(entry, rules or [])
-            seg = segments.setdefault(name, _Segment(sweep))
-            if collect is not None and len(collect) < collect_max:
-                collect.append(entry.as_bench_item(len(output) if output else None, name))
-            mine = seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
-            overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
-            prompt_total += len(prompt)
-            if output is not None:
-                output_total += len(output)
-                outputs += 1
-            if per_request is not None:
-                per_request.write(
-                    json.dumps(
-                        {
-                            "request": n,
-                            "id": entry.id,
-                            "segment": name,
-                            "prompt_tokens": len(prompt),
-                            "output_tokens": len(output) if output is not None else None,
-                            **{
-                                m: {
-                                    "drafts": st.drafts,
-                                    "draft_tokens": st.draft_tokens,
-                                    "accepted": st.accepted,
-                                    "steps": st.steps,
-                                    **st.rates(),
-                                }
-                                for m, st in mine.items()
-                            },
-                        }
+        with fewer_gc_collections():  # suffix trees: millions of small lists (proposers/suffix.py)
+            for n, entry in enumerate(read_log(log, fmt, skipped)):
+                if t0 is None and entry.timestamp is not None:
+                    t0 = entry.timestamp.timestamp()
+                prompt = tokenizer.prompt_ids(entry)
+                output = tokenizer.output_ids(entry)
+                name = segment_of(entry, rules or [])
+                seg = segments.setdefault(name, _Segment(sweep))
+                if collect is not None and len(collect) < collect_max:
+                    collect.append(entry.as_bench_item(len(output) if output else None, name))
+                mine = seg.add(entry, prompt, output, t0, caches, f"{n}", max_model_len)
+                overall.add(entry, prompt, output, t0, {}, f"{n}", max_model_len, replay=False)
+                prompt_total += len(prompt)
+                if output is not None:
+                    output_total += len(output)
+                    outputs += 1
+                if per_request is not None:
+                    per_request.write(
+                        json.dumps(
+                            {
+                                "request": n,
+                                "id": entry.id,
+                                "segment": name,
+                                "prompt_tokens": len(prompt),
+                                "output_tokens": len(output) if output is not None else None,
+                                **{
+                                    m: {
+                                        "drafts": st.drafts,
+                                        "draft_tokens": st.draft_tokens,
+                                        "accepted": st.accepted,
+                                        "steps": st.steps,
+                                        **st.rates(),
+                                    }
+                                    for m, st in mine.items()
+                                },
+                            }
+                        )
+                        + "\n"
                     )
-                    + "\n"
-                )
-            progress(n + 1, outputs)  # requests read, and replayed (those with a response)
+                progress(n + 1, outputs)  # requests read, and replayed (those with a response)
     finally:
         if per_request is not None:
             per_request.close()
@@ -334,6 +354,7 @@ def assess(
         segments={k: s.report(load) for k, s in sorted(segments.items())},
         mean_prompt_tokens=prompt_total / overall.requests if overall.requests else None,
         mean_output_tokens=output_total / outputs if outputs else None,
+        suffix_cache=cache_name,
     )
 
 

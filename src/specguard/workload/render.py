@@ -41,6 +41,8 @@ def print_assessment(a: AssessReport, console: Console) -> None:
         f"[bold]{escape(a.log)}[/bold]: {a.requests} requests ({a.replayed} with responses), "
         f"tokenized by {escape(a.tokenizer)}" + (f", {a.skipped['count']} bad lines skipped" if a.skipped.get("count") else "")
     )
+    if a.suffix_cache:
+        console.print(f"suffix decoding replayed on {escape(a.suffix_cache)}")
     p = a.overall.profile
     if p.rate:
         console.print(

@@ -50,12 +50,7 @@ def test_suffix_tree_counts_and_removal() -> None:
     tree.append("a", [1, 2, 1, 2])
 
     def count(*path: int) -> int:
-        node = tree.root
-        for tok in path:
-            node = tree.child(node, tok)
-            if node is None:
-                return 0
-        return node[0]
+        return tree.count(path)
 
     assert count(1) == 2 and count(1, 2) == 2 and count(2, 1, 2) == 1  # a depth-3 path
     assert count(1, 2, 1, 2) == 0  # nothing deeper than 3
@@ -63,7 +58,7 @@ def test_suffix_tree_counts_and_removal() -> None:
     # match [2 1] (len 2): next 2 (p=1), then nothing deeper: draft [2], score 1.0; match [1] (len 1): [2] too
     assert draft == [2] and score == 1.0
     tree.remove("a")
-    assert not tree.root[1] and tree.root[0] == 0
+    assert count() == 0 and count(1) == 0 and count(2) == 0
 
 
 def test_suffix_global_tree_learns_from_earlier_responses() -> None:
