@@ -25,7 +25,7 @@ from specguard.check.plan import load_plan
 from specguard.check.report import write_outputs
 from specguard.check.runner import run_check
 from specguard.embedded.models import ModelSet
-from specguard.embedded.runtime import VllmRuntime
+from specguard.embedded.runtime import ARCTIC_INFERENCE_VERSION, VllmRuntime
 from specguard.embedded.servers import SERVED_NAME, SUFFIX_CONFIG, embedded_server, embedded_spec
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.results.store import load_summary
@@ -45,7 +45,7 @@ def suffix_server(runtime: VllmRuntime, models: ModelSet, vllm_logs: Path) -> It
 
 
 def test_the_runtime_has_arctic_inference(runtime: VllmRuntime) -> None:
-    assert runtime.arctic_inference_version == "0.1.1"
+    assert runtime.arctic_inference_version == ARCTIC_INFERENCE_VERSION  # the manifest recorded the install
     probe = subprocess.run(
         [str(runtime.python), "-c", "from arctic_inference.suffix_decoding import SuffixDecodingCache"],
         capture_output=True,

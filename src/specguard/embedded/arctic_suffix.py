@@ -8,6 +8,8 @@ build pins), and the sdist's ``arctic_inference/suffix_decoding/{__init__,cache}
 are laid beside the extension in ``$SPECGUARD_HOME/arctic-suffix-VERSION/``:
 importing ``arctic_inference.suffix_decoding`` from there runs Arctic's own
 Python wrapper over its own tree. Nothing of the sdist enters the checkout.
+This build is specguard's (``assess``, the exactness test and the bench import it); the vLLM
+runtime gets the whole package, for its servers, from ``runtime.install_arctic_inference``.
 
 The sdist is fetched with ``pip download`` (the index pip is configured with);
 its ``setup.py`` imports torch only to build, so metadata is prepared against
@@ -30,12 +32,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from specguard.embedded.runtime import ARCTIC_INFERENCE_VERSION as ARCTIC_VERSION
+from specguard.embedded.runtime import ARCTIC_NANOBIND_VERSION as NANOBIND_VERSION
 from specguard.embedded.runtime import specguard_home
 from specguard.errors import RuntimeFailure
 
-ARCTIC_VERSION = "0.1.1"
 SDIST_SHA256 = {"0.1.1": "36857e2fbe3ead34821a04be98dfab95086050c1e38199c8fdfe308234fdcf63"}
-NANOBIND_VERSION = "2.9.2"  # the sdist's pyproject.toml build requirement
 MANIFEST = "specguard-arctic-suffix.json"
 BUILD_HINT = "build it with scripts/setup.sh (or: python -m specguard.embedded.arctic_suffix)"
 

@@ -41,8 +41,9 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 MANIFEST = "specguard-runtime.json"
 ARCTIC_INFERENCE_VERSION = "0.1.1"  # vLLM 0.12-0.32: "Install via `pip install arctic-inference==0.1.1`"
-# Its build requirements (pyproject.toml of the 0.1.1 sdist: nanobind==2.9.2, cmake>=3.12, ninja, setuptools>=61)
-ARCTIC_BUILD_REQUIREMENTS = ("nanobind==2.9.2", "cmake>=3.18", "ninja", "setuptools>=61", "wheel")
+ARCTIC_NANOBIND_VERSION = "2.9.2"  # the 0.1.1 sdist's pyproject.toml build requirement
+# Its build requirements there besides torch (cmake>=3.12, ninja, setuptools>=61; its CMakeLists wants 3.18)
+ARCTIC_BUILD_REQUIREMENTS = (f"nanobind=={ARCTIC_NANOBIND_VERSION}", "cmake>=3.18", "ninja", "setuptools>=61", "wheel")
 
 
 class RuntimeSetupError(RuntimeFailure):
