@@ -225,6 +225,10 @@ def assess(
     segment_rule: Annotated[list[str] | None, typer.Option(help="NAME=REGEX on the prompt, first match wins.")] = None,
     sweep: Annotated[bool, typer.Option(help="Sweep n-gram and suffix settings per segment.")] = True,
     suffix: Annotated[bool, typer.Option(help="Replay suffix decoding too.")] = True,
+    python: Annotated[
+        Path | None,
+        typer.Option(help="A vLLM environment's python: replay suffix decoding on its Arctic Inference (a subprocess)."),
+    ] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, help="The server's max model len (caps drafts).")] = None,
     capacity_rps: Annotated[float | None, typer.Option(help="Requests/s the deployment sustains (> 0).")] = None,
     bench_run: Annotated[Path | None, typer.Option(help="A saturating 'specguard bench' run: its rate is the capacity.")] = None,
@@ -252,6 +256,7 @@ def assess(
         segment_rules=segment_rule or [],
         sweep=sweep,
         suffix=suffix,
+        python=python,
         max_model_len=max_model_len,
         capacity_rps=capacity_rps,
         bench_run=bench_run,

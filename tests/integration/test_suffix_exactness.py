@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.embedded.models import ModelSet
+from specguard.embedded.runtime import VllmRuntime
 from specguard.proposers import SuffixCache, SuffixParams
 from specguard.proposers.arctic import ArcticSuffixCache
 from specguard.proposers.differential import DiffResult, drive
@@ -126,7 +127,10 @@ class _Ids:
         return list(entry.response.token_ids) if entry.response is not None else None
 
 
-def test_assess_gives_the_same_numbers_on_arctic_and_on_the_python_cache(arctic_suffix_cache: Any, tmp_path: Path) -> None:
+def test_assess_gives_the_same_numbers_on_arctic_and_on_the_python_cache(
+    arctic_suffix_cache: Any, runtime: VllmRuntime, tmp_path: Path
+) -> None:
+    """Arctic imported here, Arctic in the vLLM runtime's interpreter (a subprocess), and the pure-Python cache."""
     from specguard.workload.assess import assess
 
     rng = random.Random(7)
@@ -144,8 +148,30 @@ def test_assess_gives_the_same_numbers_on_arctic_and_on_the_python_cache(arctic_
     log.write_text("".join(lines))
     on_arctic = assess(log, _Ids(), "ids", suffix_engine="arctic")
     on_python = assess(log, _Ids(), "ids", suffix_engine="python")
+    in_runtime = assess(log, _Ids(), "ids", suffix_engine="arctic", arctic_python=runtime.python)
     assert on_arctic.suffix_cache is not None and on_arctic.suffix_cache.startswith("Arctic Inference")
+    assert in_runtime.suffix_cache is not None and f"{runtime.python}'s environment (a subprocess)" in in_runtime.suffix_cache
     assert on_python.suffix_cache is not None and on_python.suffix_cache.startswith("specguard's pure-Python")
     assert on_arctic.overall.suffix is not None and on_arctic.overall.suffix.drafts > 0
     same = {"suffix_cache"}
     assert on_arctic.model_dump(exclude=same) == on_python.model_dump(exclude=same)
+    assert in_runtime.model_dump(exclude=same) == on_python.model_dump(exclude=same)
+
+
+def test_assess_with_a_python_lacking_arctic_fails_naming_the_missing_module(models: ModelSet, tmp_path: Path) -> None:
+    """``--python`` names an interpreter whose environment has no Arctic: exit 4 with its ImportError, no traceback."""
+    import stat
+    import sys
+
+    from tests.integration.test_cli import specguard
+
+    bare = tmp_path / "python"  # this interpreter without site-packages: arctic_inference cannot import there
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    bare.chmod(bare.stat().st_mode | stat.S_IEXEC)
+    entry = {"endpoint": "completions", "prompt": "a b a b a b", "response": {"text": " a b"}}
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(entry) + "\n")
+    r = specguard("assess", str(log), "--tokenizer", str(models.path("tokenizer")), "--python", str(bare), "--no-sweep")
+    assert r.returncode == 4, (r.stdout, r.stderr)
+    assert f"Arctic's suffix cache in {bare} stopped" in r.stderr and "No module named 'arctic_inference'" in r.stderr
+    assert "Traceback" not in r.stderr

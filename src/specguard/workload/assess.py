@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specguard.embedded.arctic_remote import runtime_arctic_cache
 from specguard.embedded.arctic_suffix import BUILD_HINT, import_arctic_cache
 from specguard.errors import RuntimeFailure
 from specguard.proposers.arctic import ArcticSuffixCache
@@ -154,10 +155,17 @@ SuffixEngine = Literal["auto", "arctic", "python"]
 
 
 def suffix_caches(
-    keys: list[tuple[int, float]], engine: SuffixEngine = "auto"
+    keys: list[tuple[int, float]], engine: SuffixEngine = "auto", python: Path | None = None
 ) -> tuple[dict[tuple[int, float], SuffixCache | ArcticSuffixCache], str]:
-    """One shared cache per (depth, min prob); Arctic's own when ``engine`` allows and it imports."""
-    found = import_arctic_cache() if engine != "python" else None
+    """One shared cache per (depth, min prob); Arctic's own when ``engine`` allows and it is there.
+
+    Arctic in ``python``'s environment when one is named (a vLLM virtualenv: through a subprocess); else an
+    ``arctic_inference`` this interpreter imports, or specguard's build of it; else the embedded vLLM
+    runtime's, through a subprocess; else specguard's pure-Python cache, which drafts the same.
+    """
+    found = None
+    if engine != "python":
+        found = runtime_arctic_cache(python) if python is not None else import_arctic_cache() or runtime_arctic_cache()
     if engine == "arctic" and found is None:
         raise RuntimeFailure(f"Arctic Inference's suffix cache does not import: {BUILD_HINT}")
     params = {key: SuffixParams(max_tree_depth=key[0], min_token_prob=key[1]) for key in keys}
@@ -278,12 +286,14 @@ def assess(
     collect_max: int = 200,
     requests_out: Path | None = None,
     suffix_engine: SuffixEngine = "auto",
+    arctic_python: Path | None = None,
 ) -> AssessReport:
     """Assess one log. ``collect`` receives the first ``collect_max`` requests as bench prompt items;
     ``requests_out`` gets one JSON line per request with its own replay under the default configs;
     ``progress`` is told, after each request, how many were read and how many replayed."""
     skipped = SkipCounter() if skip_bad else None
-    caches, cache_name = suffix_caches(SUFFIX_GRID if sweep else SUFFIX_GRID[:1], suffix_engine) if suffix else ({}, None)
+    keys = SUFFIX_GRID if sweep else SUFFIX_GRID[:1]
+    caches, cache_name = suffix_caches(keys, suffix_engine, arctic_python) if suffix else ({}, None)
     segments: dict[str, _Segment] = {}
     overall = _Segment(sweep=False)
     t0: float | None = None

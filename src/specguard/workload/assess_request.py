@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from specguard.errors import OptionError
 from specguard.validation import (
     finite,
+    input_path,
     output_file,
     read_input_text,
     refuse_existing,
@@ -45,6 +46,7 @@ class AssessRequest(BaseModel):
     segment_rules: list[str] = []
     sweep: bool = True
     suffix: bool = True
+    python: Path | None = None  # a vLLM environment's interpreter whose Arctic Inference replays suffix decoding
     max_model_len: int | None = None
     capacity_rps: float | None = None
     bench_run: Path | None = None
@@ -78,6 +80,7 @@ def _check_options(req: AssessRequest) -> None:
         raise OptionError("give exactly one of --tokenizer DIR or --url URL")
     url_option(req.url)
     tokenizer_option(req.tokenizer)
+    input_path(req.python, "--python")
     finite(req.capacity_rps, "--capacity-rps", positive=True)
     if req.write_plan is not None and req.target_model is None:
         raise OptionError("--write-plan needs --target-model (the model the plan launches)")
@@ -154,6 +157,7 @@ def _assess(
             collect=items,
             requests_out=req.requests_out,
             progress=progress,
+            arctic_python=req.python,
         )
     except Exception:
         if req.requests_out is not None:
