@@ -35,6 +35,8 @@ from typing import Any
 
 _COUNT, _KIDS, _RANK, _GRP, _HEAD, _SEQ, _POS, _TOK, _DEPTH = range(9)
 # [count, {token: Node} | None, rank, {count: heap} | None, first child, tail's tokens | None, pos, token, depth]
+# _KIDS stays None until a second child comes (the only child is _HEAD): most nodes have one child, and a
+# dict each cost ~25% of the text replay's local trees, built when a suffix splits a tail and freed at stop.
 # A tail holds its sequence's token list, not the _Seq: no reference cycle, so a dropped tree is freed
 # by reference counting alone.
 Node = list[Any]
@@ -102,18 +104,19 @@ class SuffixTree:
             s.working = grown
             keep = grown.append
             for node in entries:
-                child = node[HEAD]  # on repetitive text the first child is the usual next step: no dict look-up
+                head = child = node[HEAD]  # on repetitive text the first child is the usual next step: no dict look-up
                 if child is None or child[TOK] != tok:
                     kids = node[KIDS]
                     child = kids.get(tok) if kids is not None else None
                     if child is None:
                         d = node[DEPTH] + 1
-                        if kids is None:
-                            node[KIDS] = {tok: (leaf := [1, None, 0, None, None, toks, n - 1, tok, d])}
-                            node[HEAD] = leaf
+                        if kids is None and head is None:  # (the root may have kids but no first child)
+                            node[HEAD] = [1, None, 0, None, None, toks, n - 1, tok, d]
                         else:
                             t = self._t
                             self._t = t + 1
+                            if kids is None:  # a second child: now the children need a dict
+                                node[KIDS] = kids = {head[TOK]: head}
                             kids[tok] = leaf = [1, None, t, None, None, toks, n - 1, tok, d]
                             if node is not root:
                                 grp = node[GRP]
@@ -130,8 +133,7 @@ class SuffixTree:
                         pos = child[POS] + 1
                         if pos < len(stoks):
                             nt = stoks[pos]
-                            child[KIDS] = {nt: (rest := [1, None, 0, None, None, stoks, pos, nt, d + 1])}
-                            child[HEAD] = rest
+                            child[HEAD] = [1, None, 0, None, None, stoks, pos, nt, d + 1]
                         else:  # its own suffix stood at its end: grows from here
                             self._owner[id(stoks)].working.append(child)
                 grp = node[GRP]
@@ -209,8 +211,11 @@ class SuffixTree:
 
     def _delete(self, parent: Node, x: Node, tok: int) -> None:
         kids = parent[_KIDS]
-        del kids[tok]
         x[_RANK] = None  # any heap entry of x is stale now
+        if kids is None:  # x was the only child
+            parent[_HEAD] = parent[_GRP] = None
+            return
+        del kids[tok]
         if not kids:
             parent[_KIDS] = parent[_HEAD] = parent[_GRP] = None
             return
@@ -239,7 +244,8 @@ class SuffixTree:
             node = root
             for i in range(start, min(len(toks), start + depth)):
                 tok = toks[i]
-                child = node[_KIDS][tok]
+                kids = node[_KIDS]
+                child = kids[tok] if kids is not None else node[_HEAD]
                 if child[_COUNT] == 1:
                     self._delete(node, child, tok)
                     break
@@ -258,9 +264,14 @@ class SuffixTree:
         i = 0
         while i < n:
             kids = node[_KIDS]
-            child = kids.get(path[i]) if kids is not None else None
-            if child is None:
-                return None
+            if kids is not None:
+                child = kids.get(path[i])
+                if child is None:
+                    return None
+            else:
+                child = node[_HEAD]
+                if child is None or child[_TOK] != path[i]:
+                    return None
             i += 1
             d += 1
             if child[_SEQ] is not None:
