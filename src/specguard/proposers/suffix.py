@@ -34,6 +34,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 
 from pydantic import BaseModel
 
@@ -78,6 +79,7 @@ class SuffixCache:
         self._local: dict[str, SuffixTree] = {}
         self._prompt: dict[str, list[int]] = {}
         self._context: dict[str, list[int]] = {}
+        self._limits: dict[int, list[int]] = {}  # max_spec -> spec_limit per match length
 
     def start_request(self, req_id: str, prompt: Sequence[int]) -> None:
         self._prompt[req_id] = list(prompt)
@@ -123,7 +125,12 @@ class SuffixCache:
         self._ensure_started(req_id)
         max_spec = min(self._k, max_model_len - n - 1)
         plen = min(n, self.p.max_tree_depth)
-        factor, min_prob = f32(self.p.max_spec_factor), f32(self.p.min_token_prob)
+        min_prob = f32(self.p.min_token_prob)
+        # spec_limit once per match length and max_spec, not ~9 times a step (150,000 calls over the text replay)
+        limits = self._limits.get(max_spec)
+        if limits is None:
+            factor = f32(self.p.max_spec_factor)
+            limits = self._limits[max_spec] = [spec_limit(m, factor, max_spec) for m in range(self.p.max_tree_depth + 1)]
         # Arctic tries every match length in both trees; ties go to the longer match, then to the local tree.
         # Longest first, a match replaces the best only when strictly better, and none whose token limit
         # cannot beat the best is tried: the same winner. The match nodes are the suffixes' own nodes.
@@ -136,7 +143,7 @@ class SuffixCache:
             d = node[_DEPTH]
             if d >= plen:
                 continue
-            limit = spec_limit(d, factor, max_spec)
+            limit = limits[d]
             if limit <= best_score:
                 break
             draft, score = tree.follow(node, d, limit, min_prob)
@@ -155,18 +162,18 @@ class SuffixCache:
                 break
             walked.append((m, where))
         for m, where in reversed(walked):
-            limit = spec_limit(m, factor, max_spec)
+            limit = limits[m]
             if limit <= best_score:
                 break
             draft, score = g.draft(where, limit, min_prob)
             if score > best_score:
                 best, best_score = draft, score
         if own is not None:
-            for node in sorted(own.working, key=lambda e: -e[_DEPTH]):
+            for node in sorted(own.working, key=itemgetter(_DEPTH), reverse=True):  # depths are distinct
                 d = node[_DEPTH]
                 if d >= plen:
                     continue
-                limit = spec_limit(d, factor, max_spec)
+                limit = limits[d]
                 if limit <= best_score:
                     break
                 draft, score = g.follow(node, d, limit, min_prob)
