@@ -84,9 +84,18 @@ async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_
             # Warm the prefix cache first: a cached prompt is computed along another path, and on this tiny
             # model a near-tie of the logits can then pick another token (seen once in chat, 1 run of 3).
             await post(s, vllm_servers[server].base_url + path, body, rid)
-            through = await post(s, url + path, body, rid)
-            direct = await post(s, vllm_servers[server].base_url + path, body, rid)
-            assert masked(through) == masked(direct), f"{server}: the proxy changed the stream"
+            # vLLM puts several tokens in one delta when its output loop falls behind the engine (a busy
+            # machine: a landing CI run got " 825469 825" in one chunk, where the other request had three),
+            # so two direct requests can differ in grouping too. A pair that differs is sent again, up to
+            # three times; a proxy that changed bytes changes every pair.
+            pairs = []
+            for _ in range(3):
+                through = await post(s, url + path, body, rid)
+                direct = await post(s, vllm_servers[server].base_url + path, body, rid)
+                pairs.append((masked(through), masked(direct)))
+                if pairs[-1][0] == pairs[-1][1]:
+                    break
+            assert pairs[-1][0] == pairs[-1][1], f"{server}: the proxy changed the stream in {len(pairs)} of {len(pairs)} pairs"
             if stream_options is None:
                 assert b'"usage"' not in through, "the usage the proxy asked for is not forwarded"
             proxy.flush()
