@@ -38,7 +38,7 @@ from operator import itemgetter
 
 from pydantic import BaseModel
 
-from specguard.proposers.suffix_tree import _DEPTH, SuffixTree, f32, spec_limit
+from specguard.proposers.suffix_tree import _DEPTH, Node, SuffixTree, f32, spec_limit
 
 __all__ = ["SuffixCache", "SuffixParams", "SuffixTree", "fewer_gc_collections"]
 
@@ -66,6 +66,30 @@ def fewer_gc_collections(gen0: int = 100_000) -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*old)
+
+
+def _best_following(
+    tree: SuffixTree,
+    nodes: Sequence[Node],
+    plen: int,
+    limits: list[int],
+    min_prob: float,
+    best: list[int],
+    best_score: float,
+) -> tuple[list[int], float]:
+    """The best draft so far after following ``nodes`` (longest match first): one replaces it only when strictly
+    better, and the walk stops at the first match whose token limit cannot beat it."""
+    for node in nodes:
+        d = node[_DEPTH]
+        if d >= plen:
+            continue
+        limit = limits[d]
+        if limit <= best_score:
+            break
+        draft, score = tree.follow(node, d, limit, min_prob)
+        if score > best_score:
+            best, best_score = draft, score
+    return best, best_score
 
 
 class SuffixCache:
@@ -134,21 +158,11 @@ class SuffixCache:
         # Arctic tries every match length in both trees; ties go to the longer match, then to the local tree.
         # Longest first, a match replaces the best only when strictly better, and none whose token limit
         # cannot beat the best is tried: the same winner. The match nodes are the suffixes' own nodes.
-        best: list[int] = []
-        best_score = 0.0
         tree = self._local[req_id]
         seq = tree.seq("s")
         assert seq is not None
-        for node in seq.working:  # longest first, as append builds it
-            d = node[_DEPTH]
-            if d >= plen:
-                continue
-            limit = limits[d]
-            if limit <= best_score:
-                break
-            draft, score = tree.follow(node, d, limit, min_prob)
-            if score > best_score:
-                best, best_score = draft, score
+        # longest first, as append builds it
+        best, best_score = _best_following(tree, seq.working, plen, limits, min_prob, [], 0.0)
         if self.p.max_cached_requests == 0:
             return best
         g = self.global_tree
@@ -169,14 +183,6 @@ class SuffixCache:
             if score > best_score:
                 best, best_score = draft, score
         if own is not None:
-            for node in sorted(own.working, key=itemgetter(_DEPTH), reverse=True):  # depths are distinct
-                d = node[_DEPTH]
-                if d >= plen:
-                    continue
-                limit = limits[d]
-                if limit <= best_score:
-                    break
-                draft, score = g.follow(node, d, limit, min_prob)
-                if score > best_score:
-                    best, best_score = draft, score
+            nodes = sorted(own.working, key=itemgetter(_DEPTH), reverse=True)  # depths are distinct
+            best, best_score = _best_following(g, nodes, plen, limits, min_prob, best, best_score)
         return best
