@@ -48,8 +48,15 @@ class ModelEntry(BaseModel):
 
 
 class GpuEntry(BaseModel):
+    """A GPU's memory for ``plan``; its speeds for ``sim``'s roofline (vendor datasheets, dense, no sparsity)."""
+
     name: str
     memory_bytes: int = Field(description="total memory as the driver reports it")
+    hbm_bytes_per_s: float | None = Field(default=None, description="memory bandwidth, bytes/s")
+    bf16_flops: float | None = Field(default=None, description="dense BF16 tensor-core peak, FLOP/s")
+    link_bytes_per_s: float | None = Field(
+        default=None, description="GPU-to-GPU bandwidth one way (NVLink, or PCIe where there is none), bytes/s"
+    )
 
 
 def _m(
@@ -157,12 +164,14 @@ MODELS: dict[str, ModelEntry] = {
 GPUS: dict[str, GpuEntry] = {
     g.name: g
     for g in [
-        GpuEntry(name="h100-80gb", memory_bytes=81559 * MIB),
-        GpuEntry(name="h200-141gb", memory_bytes=143771 * MIB),
-        GpuEntry(name="a100-40gb", memory_bytes=40960 * MIB),
-        GpuEntry(name="a100-80gb", memory_bytes=81920 * MIB),
-        GpuEntry(name="l40s", memory_bytes=46068 * MIB),
-        GpuEntry(name="b200", memory_bytes=183359 * MIB),
+        # SXM parts: NVLink 4 is 900 GB/s both ways on H100/H200, NVLink 3 600 GB/s on A100, NVLink 5 1.8 TB/s on B200.
+        GpuEntry(name="h100-80gb", memory_bytes=81559 * MIB, hbm_bytes_per_s=3.35e12, bf16_flops=989e12, link_bytes_per_s=450e9),
+        GpuEntry(name="h200-141gb", memory_bytes=143771 * MIB, hbm_bytes_per_s=4.8e12, bf16_flops=989e12, link_bytes_per_s=450e9),
+        GpuEntry(name="a100-40gb", memory_bytes=40960 * MIB, hbm_bytes_per_s=1.555e12, bf16_flops=312e12, link_bytes_per_s=300e9),
+        GpuEntry(name="a100-80gb", memory_bytes=81920 * MIB, hbm_bytes_per_s=2.039e12, bf16_flops=312e12, link_bytes_per_s=300e9),
+        # No NVLink: PCIe Gen4 x16, 32 GB/s one way.
+        GpuEntry(name="l40s", memory_bytes=46068 * MIB, hbm_bytes_per_s=864e9, bf16_flops=362e12, link_bytes_per_s=32e9),
+        GpuEntry(name="b200", memory_bytes=183359 * MIB, hbm_bytes_per_s=8e12, bf16_flops=2250e12, link_bytes_per_s=900e9),
     ]
 }
 

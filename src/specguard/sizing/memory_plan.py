@@ -15,7 +15,7 @@ import math
 from pydantic import BaseModel, Field
 
 from specguard.errors import UsageError
-from specguard.sizing.catalog import GIB
+from specguard.sizing.catalog import GIB, ModelEntry
 from specguard.sizing.kv import DTYPE_BYTES, AttentionShape, kv_bytes_per_token
 
 # Bits per weight, scales included (group-128 int4 carries an fp16 scale and zero: 4 + 32/128).
@@ -47,6 +47,11 @@ def weight_bits(dtype: str) -> float:
         return WEIGHT_BITS[dtype.lower()]
     except KeyError:
         raise SizingError(f"unknown weight dtype or quantization '{dtype}': one of {', '.join(WEIGHT_BITS)}") from None
+
+
+def model_weight_bytes(m: ModelEntry, dtype: str) -> float:
+    """The local weight files' size when they are in that dtype, else parameters x bits."""
+    return m.weight_bytes if m.weight_bytes and dtype == m.native_dtype else m.params * weight_bits(dtype) / 8
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:

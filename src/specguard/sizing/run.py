@@ -24,6 +24,7 @@ from specguard.sizing.memory_plan import (
     kv_dtype_bytes,
     plan_memory,
     weight_bits,
+    model_weight_bytes,
 )
 from specguard.sizing.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
 from specguard.validation import HttpUrl, read_input_text, version_option
@@ -146,18 +147,13 @@ def _version(request: PlanRequest) -> tuple[str, str]:
     return K.version_text(K.LATEST_KNOWN), "latest release specguard knows"
 
 
-def _weight_bytes(m: ModelEntry, dtype: str) -> float:
-    """The local weight files' size when they are in that dtype, else parameters x bits."""
-    return m.weight_bytes if m.weight_bytes and dtype == m.native_dtype else m.params * weight_bits(dtype) / 8
-
-
 def _summary(m: ModelEntry, dtype: str, kv_bytes: int) -> ModelSummary:
     return ModelSummary(
         name=m.name,
         source=m.source,
         params=m.params,
         weight_dtype=dtype,
-        weight_bytes=_weight_bytes(m, dtype),
+        weight_bytes=model_weight_bytes(m, dtype),
         kv_bytes_per_token=kv_bytes_per_token(m.shape, kv_bytes, 1),
         num_layers=m.shape.num_layers,
         attention="MLA" if m.shape.is_mla else f"GQA {m.shape.num_kv_heads} KV heads x {m.shape.head_dim}",
@@ -179,7 +175,7 @@ def _draft_layers(
         weights = (target.mtp_params or target.mtp_layers * target.decoder_layer_params) * bits / 8
     elif draft is not None:
         shape = draft.shape
-        weights = _weight_bytes(draft, dtype)
+        weights = model_weight_bytes(draft, dtype)
     elif canon in ("eagle", "eagle3", "dflash"):
         layers = req.draft_layers or 1
         shape = target.shape.model_copy(update={"num_layers": layers})
