@@ -19,7 +19,8 @@ linear fit to the user's own runs, which is what to trust on real hardware.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -89,7 +90,7 @@ class Roofline:
 
     cost: ModelCost
     gpu: GpuEntry
-    coefficients: RooflineCoefficients = RooflineCoefficients()
+    coefficients: RooflineCoefficients = field(default_factory=RooflineCoefficients)
 
     def __post_init__(self) -> None:
         if not (self.gpu.hbm_bytes_per_s and self.gpu.bf16_flops):
@@ -109,9 +110,33 @@ class Roofline:
             allreduce = 2 * c.layers * (k.allreduce_latency_s + (per / link if link else 0.0))
         return {"fixed": k.fixed_overhead_s, "memory": memory, "compute": compute + attention, "allreduce": allreduce}
 
+    @cached_property
+    def _constants(self) -> tuple[float, float, float, float, float, float, float]:
+        """Seconds per unit of each term, so that a call is a few multiplications (the engine makes one per step)."""
+        c, k, g = self.cost, self.coefficients, self.gpu
+        bw = (g.hbm_bytes_per_s or 0.0) * k.bandwidth_efficiency
+        flops = g.bf16_flops or 0.0
+        link = g.link_bytes_per_s or 0.0
+        per_token_ar = 0.0
+        fixed_ar = 0.0
+        if c.tp > 1:
+            fixed_ar = 2 * c.layers * k.allreduce_latency_s
+            per_token_ar = 2 * c.layers * c.hidden_size * ACT_BYTES * 2 * (c.tp - 1) / c.tp / link if link else 0.0
+        return (
+            k.fixed_overhead_s + fixed_ar,
+            c.weight_bytes_per_rank / bw,
+            c.kv_bytes_per_token_per_rank / bw,
+            2 * c.params_per_rank / (flops * k.compute_efficiency),
+            4 * c.attention_width_per_rank / (flops * k.attention_efficiency),
+            per_token_ar,
+            0.0,
+        )
+
     def __call__(self, load: StepLoad) -> float:
-        p = self.parts(load)
-        return p["fixed"] + max(p["memory"], p["compute"]) + p["allreduce"]
+        fixed, weights, per_kv, per_tok, per_pair, per_tok_ar, _ = self._constants
+        memory = weights + per_kv * load.context_tokens
+        compute = per_tok * load.batched_tokens + per_pair * load.attention_pairs
+        return fixed + (memory if memory > compute else compute) + per_tok_ar * load.batched_tokens
 
 
 class LinearProfile(BaseModel):

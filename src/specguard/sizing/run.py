@@ -22,9 +22,9 @@ from specguard.sizing.memory_plan import (
     Side,
     SizingError,
     kv_dtype_bytes,
+    model_weight_bytes,
     plan_memory,
     weight_bits,
-    model_weight_bytes,
 )
 from specguard.sizing.recommend import DEFAULT_K, Gate1Evidence, Recommendation, gate1_evidence, recommend
 from specguard.validation import HttpUrl, read_input_text, version_option

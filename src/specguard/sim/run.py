@@ -1,0 +1,294 @@
+"""``specguard sim run``: the baseline and one speculative setting over a range of request rates, and what follows.
+
+Builds both engines from the catalogs (or a calibrated profile), sizes their
+KV pools with Gate 3's formulas (``sizing.memory_plan``: a draft's layers take
+blocks from the target's pool, and draft methods reserve lookahead slots),
+simulates every rate, finds the crossover and the best k per batch-size band,
+and checks that band schedule with the preflight rules of the target release.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from specguard import __version__
+from specguard.errors import OptionError
+from specguard.preflight.rules import RuleContext, check_config
+from specguard.sim.acceptance import AcceptanceRates
+from specguard.sim.engine import EngineConfig, KSchedule, Speculation
+from specguard.sim.k_schedule import best_k_bands
+from specguard.sim.results import SIM_DEFINITIONS, ArmMetrics, RatePoint, SimReport, SimSetup
+from specguard.sim.simulate import simulate_arm
+from specguard.sim.step_time import (
+    LinearProfile,
+    ModelCost,
+    ProposerCost,
+    ProposerKind,
+    Roofline,
+    StepTime,
+    head_cost,
+)
+from specguard.sim.workload import Arrivals, Lengths, arrival_times, draw_lengths
+from specguard.sizing.catalog import GpuEntry, ModelEntry, check_tensor_parallel, resolve_gpu, resolve_model
+from specguard.sizing.memory_plan import DraftLayers, MemoryInputs, model_weight_bytes, plan_memory
+from specguard.vllm import knowledge as K
+
+SimMethod = Literal["ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp"]
+# When no acceptance is given: a geometric prior a_i = 0.7^i, stated as assumed in the report's warnings.
+ASSUMED_CONDITIONAL_ACCEPTANCE = 0.7
+CROSSOVER_METRICS = ("e2e_ms", "tpot_ms", "itl_ms", "ttft_ms", "throughput_tokens_per_s")
+
+
+class SimRequest(BaseModel):
+    target: str
+    gpu: str
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    rates: list[float] = Field(min_length=1)
+    prompt_len: int = Field(default=512, ge=1)
+    output_len: int = Field(default=256, ge=1)
+    lengths: Lengths | None = Field(default=None, description="observed (prompt, output) pairs instead of fixed lengths")
+    method: SimMethod | None = None
+    draft: str | None = None
+    num_speculative_tokens: int | None = Field(default=None, ge=1, le=32)
+    acceptance: list[float] | None = None
+    acceptance_source: str | None = None
+    arrivals: Arrivals = Arrivals()
+    duration_s: float = Field(default=300.0, gt=0)
+    warmup_s: float | None = Field(default=None, ge=0, description="default: a tenth of the duration")
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    block_size: int = Field(default=16, ge=1)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    profile: LinearProfile | None = None
+    profile_source: str | None = None
+    crossover_metric: str = "e2e_ms"
+    vllm_version: str | None = None
+    seed: int = Field(default=0, ge=0)
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, rates: list[float]) -> list[float]:
+        if any(r <= 0 for r in rates):
+            raise ValueError("every --rate must be above 0")
+        return sorted(set(rates))
+
+    @field_validator("crossover_metric")
+    @classmethod
+    def _metric(cls, m: str) -> str:
+        if m not in CROSSOVER_METRICS:
+            raise ValueError(f"one of {', '.join(CROSSOVER_METRICS)}")
+        return m
+
+    @model_validator(mode="after")
+    def _method_needs(self) -> SimRequest:
+        if self.method is None and (self.draft or self.acceptance or self.num_speculative_tokens):
+            raise ValueError("--draft, --acceptance and --num-speculative-tokens need --method")
+        if self.method == "draft_model" and not self.draft:
+            raise ValueError("--method draft_model needs --draft NAME (a catalog model or a local directory)")
+        if self.method is not None and self.num_speculative_tokens is None:
+            self.num_speculative_tokens = len(self.acceptance) if self.acceptance else 4
+        return self
+
+
+def _step_model(req: SimRequest, target: ModelEntry, gpu: GpuEntry) -> tuple[StepTime, str]:
+    if req.profile is not None:
+        return req.profile, f"calibrated linear profile ({req.profile_source or 'given'})"
+    if not (gpu.hbm_bytes_per_s and gpu.bf16_flops):
+        raise OptionError(f"--gpu {gpu.name}: no bandwidth or FLOP/s known; calibrate a profile with 'specguard sim calibrate'")
+    return Roofline(ModelCost.of(target, req.tensor_parallel_size), gpu), "roofline from the model and GPU catalogs"
+
+
+def _proposer(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu: GpuEntry, step: StepTime) -> ProposerCost:
+    method = req.method or "ngram"
+    tp = req.tensor_parallel_size
+    kind: ProposerKind = "eagle" if method in ("eagle", "eagle3") else method  # type: ignore[assignment]
+    if method in ("ngram", "suffix"):
+        return ProposerCost(kind)
+    if isinstance(step, LinearProfile):
+        cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
+        full = ModelCost.of(target, tp)
+        scaled = step.scaled(
+            cost.params_per_rank / full.params_per_rank, cost.kv_bytes_per_token_per_rank / full.kv_bytes_per_token_per_rank
+        )
+        return ProposerCost(kind, scaled)
+    cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
+    return ProposerCost(kind, Roofline(cost, gpu))
+
+
+def _kv_blocks(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu: GpuEntry) -> tuple[int, int | None]:
+    tp = req.tensor_parallel_size
+    max_len = req.max_model_len or target.max_position_embeddings
+    inputs = MemoryInputs(
+        target_shape=target.shape,
+        target_weight_bytes=model_weight_bytes(target, target.native_dtype),
+        tensor_parallel_size=tp,
+        gpu_memory_bytes=gpu.memory_bytes,
+        gpu_memory_utilization=req.gpu_memory_utilization,
+        block_size=req.block_size,
+        max_model_len=max_len,
+    )
+    layers = None
+    if req.method in ("draft_model", "eagle", "eagle3", "mtp"):
+        k = req.num_speculative_tokens or 1
+        if draft is not None:
+            layers = DraftLayers(
+                shape=draft.shape,
+                tensor_parallel_size=tp,
+                weight_bytes=model_weight_bytes(draft, draft.native_dtype),
+                lookahead_slots=K.lookahead_slots(req.method, k),
+            )
+        else:
+            shape = target.shape.model_copy(update={"num_layers": 1})
+            layers = DraftLayers(
+                shape=shape,
+                tensor_parallel_size=tp,
+                weight_bytes=target.decoder_layer_params * 2,
+                lookahead_slots=K.lookahead_slots(req.method, k),
+            )
+    plan = plan_memory(inputs, layers)
+    if plan.baseline.kv_blocks <= 0:
+        raise OptionError(
+            f"--target {target.name} does not fit on {req.tensor_parallel_size} x {gpu.name}: no memory is left for the KV cache"
+        )
+    return plan.baseline.kv_blocks, plan.speculative.kv_blocks if req.method else None
+
+
+def _rates_for(req: SimRequest) -> AcceptanceRates | None:
+    if req.method is None:
+        return None
+    k = req.num_speculative_tokens or 4
+    if req.acceptance:
+        return AcceptanceRates(per_position=req.acceptance, source=req.acceptance_source or "given")
+    return AcceptanceRates(
+        per_position=[ASSUMED_CONDITIONAL_ACCEPTANCE ** (i + 1) for i in range(k)], source="assumed (no --acceptance)"
+    )
+
+
+def _speedups(base: ArmMetrics, spec: ArmMetrics) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        b, s = getattr(base, name).p50, getattr(spec, name).p50
+        if b and s:
+            out[name] = round(b / s, 4)
+    if base.throughput_tokens_per_s:
+        out["throughput_tokens_per_s"] = round(spec.throughput_tokens_per_s / base.throughput_tokens_per_s, 4)
+    return out
+
+
+def crossover(points: list[RatePoint], metric: str) -> float | None:
+    """The lowest rate where the speed-up falls to 1 or below, after a rate where it was above 1."""
+    paid = False
+    for p in points:
+        s = p.speedup.get(metric)
+        if s is None:
+            continue
+        if s > 1.0:
+            paid = True
+        elif paid:
+            return p.rate
+    return None
+
+
+def run_sim(req: SimRequest) -> SimReport:
+    target = resolve_model(req.target)
+    gpu = resolve_gpu(req.gpu, None)
+    assert gpu is not None
+    check_tensor_parallel(target, req.tensor_parallel_size, "--tp")
+    draft = resolve_model(req.draft) if req.draft else None
+    step, step_desc = _step_model(req, target, gpu)
+    blocks_base, blocks_spec = _kv_blocks(req, target, draft, gpu)
+    rates = _rates_for(req)
+    warnings: list[str] = []
+    if rates is not None and rates.source.startswith("assumed"):
+        warnings.append(
+            f"acceptance assumed: a_i = {ASSUMED_CONDITIONAL_ACCEPTANCE}^i; give --acceptance from your own 'bench' run's "
+            "acceptance.per_position or an 'assess' report for a prediction worth acting on"
+        )
+    speculation = None
+    k = req.num_speculative_tokens or 0
+    if req.method is not None and rates is not None:
+        speculation = Speculation(
+            method=req.method,
+            schedule=KSchedule(k),
+            rates=rates.truncated(k),
+            lookahead=K.lookahead_slots(req.method, k),
+            proposer=_proposer(req, target, draft, gpu, step),
+        )
+    lengths = req.lengths or Lengths.fixed(req.prompt_len, req.output_len)
+    warmup = req.warmup_s if req.warmup_s is not None else req.duration_s / 10
+    if warmup >= req.duration_s:
+        raise OptionError(f"--warmup {warmup:g} s must be shorter than --duration {req.duration_s:g} s")
+    points: list[RatePoint] = []
+    for rate in req.rates:
+        rng = np.random.default_rng(req.seed)
+        arrivals = arrival_times(req.arrivals, rate, req.duration_s, rng)
+        if len(arrivals) == 0:
+            raise OptionError(f"--rate {rate:g} over --duration {req.duration_s:g} s gives no request")
+        prompts, outputs = draw_lengths(lengths, len(arrivals), rng)
+        config = dict(block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens)
+        base = simulate_arm(EngineConfig(num_kv_blocks=blocks_base, **config), step, arrivals, prompts, outputs, warmup, req.seed)  # type: ignore[arg-type]
+        spec = None
+        if speculation is not None and blocks_spec is not None:
+            spec = simulate_arm(
+                EngineConfig(num_kv_blocks=blocks_spec, speculation=speculation, **config),  # type: ignore[arg-type]
+                step,
+                arrivals,
+                prompts,
+                outputs,
+                warmup,
+                req.seed,
+            )
+        points.append(RatePoint(rate=rate, baseline=base, speculative=spec, speedup=_speedups(base, spec) if spec else {}))
+    report = SimReport(
+        tool_version=__version__,
+        setup=SimSetup(
+            target=target.name,
+            gpu=gpu.name,
+            tensor_parallel_size=req.tensor_parallel_size,
+            method=req.method,
+            draft=draft.name if draft else None,
+            num_speculative_tokens=k or None,
+            acceptance=rates.truncated(k) if rates else None,
+            acceptance_source=rates.source if rates else None,
+            workload=lengths.source,
+            arrivals=req.arrivals.kind if req.arrivals.kind != "gamma" else f"gamma (shape {req.arrivals.burstiness:g})",
+            duration_s=req.duration_s,
+            warmup_s=warmup,
+            max_num_seqs=req.max_num_seqs,
+            max_num_batched_tokens=req.max_num_batched_tokens,
+            num_kv_blocks_baseline=blocks_base,
+            num_kv_blocks_speculative=blocks_spec,
+            block_size=req.block_size,
+            step_model=step_desc,
+            seed=req.seed,
+        ),
+        rates=points,
+        crossover_rate=crossover(points, req.crossover_metric),
+        crossover_metric=req.crossover_metric,
+        warnings=warnings,
+        definitions=SIM_DEFINITIONS,
+    )
+    if speculation is not None and rates is not None:
+        _add_k_schedule(report, req, step, speculation, rates, lengths)
+    return report
+
+
+def _add_k_schedule(
+    report: SimReport, req: SimRequest, step: StepTime, spec: Speculation, rates: AcceptanceRates, lengths: Lengths
+) -> None:
+    k = req.num_speculative_tokens or 1
+    context = int(lengths.mean_prompt + lengths.mean_output / 2)
+    bands = best_k_bands(step, spec.proposer, rates, k, req.max_num_seqs, context)
+    report.k_schedule = bands
+    cfg: dict[str, object] = {"method": req.method, "num_speculative_tokens": k}
+    if req.draft:
+        cfg["model"] = req.draft
+    cfg["num_speculative_tokens_per_batch_size"] = [[b.start, b.end, b.k] for b in bands]
+    report.k_schedule_config = cfg
+    version = K.parse_version(req.vllm_version) if req.vllm_version else K.LATEST_KNOWN
+    findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size))
+    report.k_schedule_findings = [f"{f.severity}: {f.key}: {f.message}" for f in findings]
