@@ -116,8 +116,11 @@ class SimEngine:
     with a bound that keeps the fast path from ever skipping a preemption.
     """
 
-    def __init__(self, config: EngineConfig, step_time: StepTime, rng: np.random.Generator) -> None:
+    def __init__(
+        self, config: EngineConfig, step_time: StepTime, rng: np.random.Generator, fast_path: bool = True
+    ) -> None:
         self.cfg = config
+        self.fast_path = fast_path  # off: every step through the full scheduler (the tests compare the two)
         self.step_time = step_time
         spec = config.speculation
         self.sampler = AcceptedSampler(spec.rates, rng) if spec else None
@@ -227,7 +230,8 @@ class SimEngine:
         n = self.n_run
         spec = self.cfg.speculation
         fast = (
-            self.n_prefill == 0
+            self.fast_path
+            and self.n_prefill == 0
             and n * (1 + k) <= self.cfg.max_num_batched_tokens
             and (spec is None or spec.draft_fraction >= 1.0)
             and not (self.waiting and self.generated[self.waiting[0]])  # a recompute goes through the full path
@@ -273,6 +277,8 @@ class SimEngine:
         n = self.n_run
         spec = self.cfg.speculation
         chunks = self._admit_fast(k, lookahead) if self.waiting and n < self.cfg.max_num_seqs else []
+        if not n and not chunks:
+            return self._full_step(k, lookahead)  # nothing could be admitted: the full scheduler says why
         new_tokens = sum(chunks)
         load = StepLoad(
             n + len(chunks),
@@ -321,7 +327,7 @@ class SimEngine:
         else:
             self.uniform = True
         finished: list[int] = []
-        if self.left[: self.n_run].min() <= 0:
+        if self.n_run and self.left[: self.n_run].min() <= 0:
             finished = self._finish(self.left[: self.n_run] <= 0)
         return StepOutcome(
             start, duration, load, n, k, ids, emit, gap, gaps, first, finished, 0, drafts, draft_tokens, acc_total, per_pos

@@ -123,9 +123,10 @@ def simulate_arm(
     output_lens: NDArray[np.int64],
     warmup_s: float,
     seed: int = 0,
+    fast_path: bool = True,
 ) -> ArmMetrics:
     """Simulate the arrivals to the end (every request finished) and measure those arriving after ``warmup_s``."""
-    engine = SimEngine(config, step_time, np.random.default_rng(seed))
+    engine = SimEngine(config, step_time, np.random.default_rng(seed), fast_path)
     n = len(arrivals_s)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
