@@ -19,7 +19,7 @@ linear fit to the user's own runs, which is what to trust on real hardware.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -89,7 +89,7 @@ class Roofline:
 
     cost: ModelCost
     gpu: GpuEntry
-    coefficients: RooflineCoefficients = RooflineCoefficients()
+    coefficients: RooflineCoefficients = field(default_factory=RooflineCoefficients)
 
     def __post_init__(self) -> None:
         if not (self.gpu.hbm_bytes_per_s and self.gpu.bf16_flops):
