@@ -45,7 +45,7 @@ def write_run(
     now, nxt, drafts, draft_tokens, accepted = 0.0, 0, 0, 0, 0
     while nxt < requests or not engine.idle:
         if engine.idle:
-            now = max(now, float(arrivals[nxt]))
+            now = engine.clock = max(now, float(arrivals[nxt]))
         while nxt < requests and arrivals[nxt] <= now:
             engine.add(int(prompts[nxt]), int(outputs[nxt]))
             nxt += 1
@@ -53,6 +53,8 @@ def write_run(
         assert step is not None
         now += step.duration_s
         drafts, draft_tokens, accepted = drafts + step.drafts, draft_tokens + step.draft_tokens, accepted + step.accepted_tokens
+        for rid in step.first_ids:
+            chunks[rid].append((now, 1))
         for rid, n in zip(step.emit_ids.tolist(), step.emit_tokens.tolist(), strict=True):
             chunks[rid].append((now, n))
     writer = RunWriter(out)
