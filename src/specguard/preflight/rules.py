@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from specguard.preflight.k_schedule import FIELD as K_SCHEDULE_FIELD
+from specguard.preflight.k_schedule import Band, check_schedule
 from specguard.vllm import knowledge as K
 from specguard.vllm.findings import Finding
 from specguard.vllm.methods import detected_from_draft, resolve_method
@@ -939,4 +941,27 @@ def check_config(cfg: Any, ctx: RuleContext) -> list[Finding]:
         _check_ngram(cfg, out)
     _check_draft(method, cfg, ctx, loads, draft, out)
     _check_sampling(cfg, k, ctx, out)
+    if K_SCHEDULE_FIELD in K.fields_for(ctx.version):
+        out.extend(check_schedule(cfg.get(K_SCHEDULE_FIELD), k, method, ctx.version))
     return out
+
+
+def schedule_findings(
+    schedule: list[Band],
+    num_speculative_tokens: int,
+    method: str,
+    version_text: str,
+    model: str | None = None,
+) -> list[Finding]:
+    """Every finding ``check_config`` gives the config that runs ``schedule`` (k by batch size), for the simulator.
+
+    Draft-based methods (eagle, eagle3, dflash, draft_model) need ``model``; without it that is a finding too.
+    """
+    cfg: dict[str, Any] = {
+        "method": method,
+        "num_speculative_tokens": num_speculative_tokens,
+        K_SCHEDULE_FIELD: [list(band) for band in schedule],
+    }
+    if model is not None:
+        cfg["model"] = model
+    return check_config(cfg, RuleContext(version=K.parse_version(version_text)))
