@@ -52,7 +52,9 @@ class KBand(BaseModel):
     start: int
     end: int
     k: int
-    tokens_per_s_gain: float = Field(description="predicted per-request decode speed at this k / without speculation")
+    tokens_per_s_gain: float = Field(
+        description="predicted per-request decode speed at this k / without speculation, the band's lowest"
+    )
 
 
 class SimSetup(BaseModel):
@@ -90,7 +92,8 @@ class SimReport(BaseModel):
     crossover_metric: str
     k_schedule: list[KBand] = Field(default_factory=list)
     k_schedule_config: dict[str, object] | None = None
-    k_schedule_findings: list[str] = Field(default_factory=list)
+    k_schedule_findings: list[str] = Field(default_factory=list, description="preflight's findings on k_schedule_config")
+    k_schedule_version: str | None = Field(default=None, description="the vLLM release whose rules checked it")
     warnings: list[str] = Field(default_factory=list)
     definitions: dict[str, str] = Field(default_factory=dict)
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from specguard import __version__
 from specguard.errors import OptionError
-from specguard.preflight.rules import RuleContext, check_config
+from specguard.preflight.rules import schedule_findings
 from specguard.sim.acceptance import AcceptanceRates
 from specguard.sim.engine import EngineConfig, KSchedule, Speculation
 from specguard.sim.k_schedule import best_k_bands
@@ -198,7 +198,8 @@ def run_sim(req: SimRequest) -> SimReport:
     gpu = resolve_gpu(req.gpu, None)
     assert gpu is not None
     check_tensor_parallel(target, req.tensor_parallel_size, "--tp")
-    draft = resolve_model(req.draft) if req.draft else None
+    # a draft model is sized from the catalogs; an EAGLE/MTP head's name only goes into the emitted config
+    draft = resolve_model(req.draft) if req.draft and req.method == "draft_model" else None
     step, step_desc = _step_model(req, target, gpu)
     blocks_base, blocks_spec = _kv_blocks(req, target, draft, gpu)
     rates = _rates_for(req)
@@ -284,11 +285,13 @@ def _add_k_schedule(
     context = int(lengths.mean_prompt + lengths.mean_output / 2)
     bands = best_k_bands(step, spec.proposer, rates, k, req.max_num_seqs, context)
     report.k_schedule = bands
+    schedule = [(b.start, b.end, b.k) for b in bands]
+    version = req.vllm_version or K.version_text(K.LATEST_KNOWN)
+    findings = schedule_findings(schedule, k, req.method or "", version, model=req.draft)
     cfg: dict[str, object] = {"method": req.method, "num_speculative_tokens": k}
     if req.draft:
         cfg["model"] = req.draft
-    cfg["num_speculative_tokens_per_batch_size"] = [[b.start, b.end, b.k] for b in bands]
+    cfg["num_speculative_tokens_per_batch_size"] = [list(band) for band in schedule]
     report.k_schedule_config = cfg
-    version = K.parse_version(req.vllm_version) if req.vllm_version else K.LATEST_KNOWN
-    findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size))
     report.k_schedule_findings = [f"{f.severity}: {f.key}: {f.message}" for f in findings]
+    report.k_schedule_version = version

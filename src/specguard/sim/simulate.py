@@ -124,12 +124,20 @@ def simulate_arm(
     warmup_s: float,
     seed: int = 0,
     fast_path: bool = True,
+    concurrency: int | None = None,
 ) -> ArmMetrics:
-    """Simulate the arrivals to the end (every request finished) and measure those arriving after ``warmup_s``."""
+    """Simulate the arrivals to the end (every request finished) and measure those arriving after ``warmup_s``.
+
+    With ``concurrency``, the load is closed-loop as ``bench --concurrency`` makes it: that many requests are in
+    flight from the start, and each finish sends the next at once; ``arrivals_s`` then only gives their number.
+    """
     engine = SimEngine(config, step_time, np.random.default_rng(seed), fast_path)
     n = len(arrivals_s)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
+    if concurrency is not None:
+        arrivals_s = np.full(n, np.inf)
+        arrivals_s[: min(concurrency, n)] = 0.0
     measured = arrivals_s >= warmup_s
     window_end = float(arrivals_s[-1]) if n else 0.0
     spec = config.speculation
@@ -160,6 +168,14 @@ def simulate_arm(
             first[np.asarray(out.first_ids, dtype=np.int64)] = end
         if out.finished_ids:
             finish[np.asarray(out.finished_ids, dtype=np.int64)] = end
+            if concurrency is not None:  # each finish releases the next request at once
+                for j in range(nxt, min(nxt + len(out.finished_ids), n)):
+                    arrivals_s[j] = end
+    window_end = float(arrivals_s[-1]) if n else 0.0
+    if concurrency is not None:
+        # closed loop: the window runs to the last response, as bench measures it
+        measured = arrivals_s >= warmup_s
+        window_end = float(np.nanmax(finish)) if n else 0.0
     sel = measured
     ttft = first[sel] - arrivals_s[sel]
     e2e = finish[sel] - arrivals_s[sel]
