@@ -91,6 +91,9 @@ class SimReport(BaseModel):
     k_schedule: list[KBand] = Field(default_factory=list)
     k_schedule_config: dict[str, object] | None = None
     k_schedule_findings: list[str] = Field(default_factory=list)
+    k_schedule_vllm_version: str | None = Field(
+        default=None, description="the vLLM release whose preflight rules checked k_schedule_config"
+    )
     warnings: list[str] = Field(default_factory=list)
     definitions: dict[str, str] = Field(default_factory=dict)
 

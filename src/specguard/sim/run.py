@@ -292,3 +292,4 @@ def _add_k_schedule(
     version = K.parse_version(req.vllm_version) if req.vllm_version else K.LATEST_KNOWN
     findings = check_config(cfg, RuleContext(version=version, tensor_parallel_size=req.tensor_parallel_size))
     report.k_schedule_findings = [f"{f.severity}: {f.key}: {f.message}" for f in findings]
+    report.k_schedule_vllm_version = K.version_text(version)
