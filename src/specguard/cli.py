@@ -23,6 +23,7 @@ from specguard.cli_canary import register as register_canary_commands
 from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
 from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_output import err
+from specguard.cli_sim import register as register_sim_commands
 from specguard.errors import EXIT_CODE_TABLE, ExitCode
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ embedded_app = typer.Typer(
 app.add_typer(embedded_app, name="embedded")
 register_gate_commands(app)
 register_canary_commands(app)
+register_sim_commands(app)
 
 
 class Arrival(StrEnum):

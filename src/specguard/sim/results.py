@@ -93,7 +93,9 @@ class SimReport(BaseModel):
     k_schedule: list[KBand] = Field(default_factory=list)
     k_schedule_config: dict[str, object] | None = None
     k_schedule_findings: list[str] = Field(default_factory=list, description="preflight's findings on k_schedule_config")
-    k_schedule_version: str | None = Field(default=None, description="the vLLM release whose rules checked it")
+    k_schedule_vllm_version: str | None = Field(
+        default=None, description="the vLLM release whose preflight rules checked k_schedule_config"
+    )
     warnings: list[str] = Field(default_factory=list)
     definitions: dict[str, str] = Field(default_factory=dict)
 

@@ -294,4 +294,4 @@ def _add_k_schedule(
     cfg["num_speculative_tokens_per_batch_size"] = [list(band) for band in schedule]
     report.k_schedule_config = cfg
     report.k_schedule_findings = [f"{f.severity}: {f.key}: {f.message}" for f in findings]
-    report.k_schedule_version = version
+    report.k_schedule_vllm_version = version

@@ -1,0 +1,221 @@
+"""``specguard sim``: the what-if simulator's commands. They parse, validate at the edge and delegate to ``sim.run``.
+
+Every option is checked here, through ``SimRequest`` and ``AcceptanceRates`` (the models the simulator
+uses) and the catalogs, before the first simulated step: a bad value is one line naming its option, exit 2.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specguard.cli_exit import EXIT_CODES_EPILOG
+from specguard.cli_output import err
+from specguard.errors import OptionError
+
+sim_app = typer.Typer(
+    help="What-if simulator: predicted latency and throughput of a speculative setting versus the baseline, per rate.",
+    epilog=EXIT_CODES_EPILOG,
+    no_args_is_help=True,
+)
+
+# SimRequest field -> the option that sets it, so that a pydantic error names the option
+SIM_OPTIONS = {
+    "target": "--target",
+    "gpu": "--gpu",
+    "tensor_parallel_size": "--tp",
+    "rates": "--rate",
+    "prompt_len": "--prompt-len",
+    "output_len": "--output-len",
+    "method": "--method",
+    "draft": "--draft",
+    "num_speculative_tokens": "--num-speculative-tokens",
+    "acceptance": "--acceptance",
+    "arrivals.burstiness": "--burstiness",
+    "arrivals.kind": "--arrival",
+    "duration_s": "--duration",
+    "warmup_s": "--warmup",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "block_size": "--block-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+    "crossover_metric": "--crossover-metric",
+    "vllm_version": "--vllm-version",
+    "seed": "--seed",
+}
+
+
+class SimMethodOption(StrEnum):
+    """sim.run.SimMethod's names, for typer to list in --help (a unit test holds the two the same)."""
+
+    ngram = "ngram"
+    suffix = "suffix"
+    draft_model = "draft_model"
+    eagle = "eagle"
+    eagle3 = "eagle3"
+    mtp = "mtp"
+
+
+class SimArrival(StrEnum):
+    poisson = "poisson"
+    gamma = "gamma"
+    constant = "constant"
+
+
+def parse_acceptance(text: str | None) -> list[float] | None:
+    """``0.8,0.6,0.4`` -> per-position rates, held to ``AcceptanceRates``'s rules ([0, 1], non-increasing)."""
+    from specguard.sim.acceptance import AcceptanceRates
+    from specguard.validation import options
+
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError as exc:
+        raise OptionError(f"--acceptance {text!r}: expected comma-separated numbers in [0, 1], such as 0.8,0.6,0.4") from exc
+    rates = options(AcceptanceRates, {"per_position": values}, {"per_position": "--acceptance"})
+    return rates.per_position
+
+
+def _catalog(option: str, value: str | None, *, gpu: bool = False) -> None:
+    """An unknown model or GPU is refused here, naming the option, with the catalog's list of names."""
+    from specguard.sizing.catalog import CatalogError, resolve_gpu, resolve_model
+
+    if value is None:
+        return
+    try:
+        resolve_gpu(value, None) if gpu else resolve_model(value)
+    except CatalogError as exc:
+        raise OptionError(f"{option} {value}: {exc.message}") from exc
+
+
+@sim_app.command("run", epilog=EXIT_CODES_EPILOG)
+def run(
+    target: Annotated[str, typer.Option(help="Target model: a catalog name (llama-3.1-8b, qwen3-8b, ...) or a local HF dir.")],
+    gpu: Annotated[str, typer.Option(help="h100-80gb, h200-141gb, a100-40gb, a100-80gb, l40s, b200.")],
+    rate: Annotated[list[float], typer.Option("--rate", help="Request rate in req/s (repeatable: one point per rate).")],
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size of the target (default 1).")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens of every request (default 512).")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Output tokens of every request (default 256).")] = None,
+    method: Annotated[
+        SimMethodOption | None, typer.Option(help="The speculative arm's method; without it only the baseline runs.")
+    ] = None,
+    draft: Annotated[str | None, typer.Option(help="--method draft_model: the draft (catalog name or local HF dir).")] = None,
+    num_speculative_tokens: Annotated[int | None, typer.Option(help="k (default: the length of --acceptance, else 4).")] = None,
+    acceptance: Annotated[
+        str | None,
+        typer.Option(
+            help="Per-position acceptance a_1,a_2,... in [0, 1], non-increasing (a bench run's acceptance.per_position); "
+            "default: assumed 0.7^i, with a warning."
+        ),
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Simulated seconds of arrivals per rate (default 300).")] = None,
+    warmup: Annotated[float | None, typer.Option(help="Simulated seconds excluded at the start (default: a tenth).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seeds arrivals, lengths and acceptance draws (default 0).")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default 256).")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's max_num_batched_tokens (default 8192).")] = None,
+    block_size: Annotated[int | None, typer.Option(help="KV block size in tokens (default 16).")] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(help="vLLM's gpu_memory_utilization (default 0.9).")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="Default: the target's max_position_embeddings.")] = None,
+    arrival: Annotated[SimArrival | None, typer.Option(help="Arrival process (default poisson).")] = None,
+    burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
+    crossover_metric: Annotated[
+        str | None,
+        typer.Option(
+            help="The metric whose p50 speed-up decides the crossover: e2e_ms (default), tpot_ms, itl_ms, ttft_ms, "
+            "throughput_tokens_per_s."
+        ),
+    ] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(help="The release whose preflight rules check the k-per-band config (default: latest known)."),
+    ] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="A calibrated step-time profile ('specguard sim calibrate') instead of the roofline.")
+    ] = None,
+    html: Annotated[Path | None, typer.Option(help="Also write the HTML report to this file.")] = None,
+    force: Annotated[bool, typer.Option(help="With --html: replace a file that exists.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of the table.")] = False,
+) -> None:
+    """Simulate the baseline and one speculative setting at each --rate: latencies, throughput, the crossover rate,
+    the best k per batch-size band. Every figure is a prediction of specguard's engine model, not a measurement."""
+    from specguard.sim.render import render_table
+    from specguard.sim.run import SimRequest, run_sim
+    from specguard.sim.workload import Arrivals
+    from specguard.validation import finite, given, input_path, options, output_file, refuse_existing, version_option
+
+    for r in rate:
+        finite(r, "--rate")
+    finite(duration, "--duration")
+    finite(warmup, "--warmup")
+    finite(burstiness, "--burstiness")
+    finite(gpu_memory_utilization, "--gpu-memory-utilization")
+    if burstiness is not None and arrival != SimArrival.gamma:
+        raise OptionError("--burstiness: only with --arrival gamma")
+    version_option(vllm_version)
+    input_path(profile, "--profile")
+    if html is not None:
+        output_file(html, "--html")
+        if not force:
+            refuse_existing([html], "--html")
+    if profile is not None:
+        # TODO(calibrate): load the profile with specguard.sim.calibrate's loader (on the calibrate branch) and pass
+        # it as SimRequest(profile=..., profile_source=str(profile)); until then --profile is refused, not ignored.
+        raise OptionError(f"--profile {profile}: calibrated profiles are not supported by this build yet")
+    rates_given = parse_acceptance(acceptance)
+    arrivals = options(
+        Arrivals,
+        given(kind=arrival.value if arrival else None, burstiness=burstiness),
+        {"kind": "--arrival", "burstiness": "--burstiness"},
+    )
+    request = options(
+        SimRequest,
+        given(
+            target=target,
+            gpu=gpu,
+            tensor_parallel_size=tp,
+            rates=rate,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            method=method.value if method else None,
+            draft=draft,
+            num_speculative_tokens=num_speculative_tokens,
+            acceptance=rates_given,
+            acceptance_source="--acceptance" if rates_given else None,
+            arrivals=arrivals,
+            duration_s=duration,
+            warmup_s=warmup,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            block_size=block_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            crossover_metric=crossover_metric,
+            vllm_version=vllm_version,
+            seed=seed,
+        ),
+        SIM_OPTIONS,
+    )
+    _catalog("--target", request.target)
+    _catalog("--gpu", request.gpu, gpu=True)
+    _catalog("--draft", request.draft)
+    # run_sim checks the rest (--tp against the heads, the KV pool, --warmup against --duration) before its first step
+    report = run_sim(request)
+    if html is not None:
+        from specguard.sim.html import write_sim_html
+
+        write_sim_html(report, html, force=force)
+        err.print(f"wrote {html}", highlight=False, markup=False)
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print(render_table(report), end="")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sim_app, name="sim")
