@@ -163,10 +163,11 @@ def run(
         output_file(html, "--html")
         if not force:
             refuse_existing([html], "--html")
+    fitted = None
     if profile is not None:
-        # TODO(calibrate): load the profile with specguard.sim.calibrate's loader (on the calibrate branch) and pass
-        # it as SimRequest(profile=..., profile_source=str(profile)); until then --profile is refused, not ignored.
-        raise OptionError(f"--profile {profile}: calibrated profiles are not supported by this build yet")
+        from specguard.sim.calibrate import load_profile
+
+        fitted = load_profile(profile)
     rates_given = parse_acceptance(acceptance)
     arrivals = options(
         Arrivals,
@@ -198,12 +199,15 @@ def run(
             crossover_metric=crossover_metric,
             vllm_version=vllm_version,
             seed=seed,
+            profile=fitted.profile if fitted else None,
+            profile_source=f"{profile}, fitted to {', '.join(fitted.source_runs)}" if fitted else None,
         ),
         SIM_OPTIONS,
     )
     _catalog("--target", request.target)
     _catalog("--gpu", request.gpu, gpu=True)
-    _catalog("--draft", request.draft)
+    if request.method == "draft_model":
+        _catalog("--draft", request.draft)
     # run_sim checks the rest (--tp against the heads, the KV pool, --warmup against --duration) before its first step
     report = run_sim(request)
     if html is not None:
@@ -215,6 +219,34 @@ def run(
         print(report.model_dump_json(indent=2))
     else:
         print(render_table(report), end="")
+
+
+@sim_app.command()
+def calibrate(
+    run_dirs: Annotated[list[Path], typer.Argument(help="'specguard bench' run directories: baseline and candidate runs.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the profile (a JSON file).")],
+    force: Annotated[bool, typer.Option(help="Replace a profile file that exists.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration report as JSON.")] = False,
+) -> None:
+    """Fit the step time (fixed + per KV token + per batched token) to your own runs and save it as a profile.
+
+    Later 'specguard sim run --profile FILE' uses it instead of the roofline. The fit error printed is against the
+    very gaps it was fitted to; predict runs it was not fitted to for an honest error (bench/sim_validation.py).
+    """
+    from specguard.sim.calibrate import calibrate as fit
+    from specguard.sim.calibrate import save_profile, sim_profile
+    from specguard.sim.render import render_calibration
+    from specguard.validation import input_path, output_file, refuse_existing
+
+    for d in run_dirs:
+        input_path(d, "RUN_DIRS", directory=True)
+    output_file(out, "--out")
+    if not force:
+        refuse_existing([out], "--out")
+    report = fit(run_dirs)
+    save_profile(out, sim_profile(report), force=force)
+    err.print(f"wrote {out}", highlight=False, markup=False)
+    print(report.model_dump_json(indent=2) if as_json else render_calibration(report), end="\n" if as_json else "")
 
 
 def register(app: typer.Typer) -> None:

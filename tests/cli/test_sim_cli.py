@@ -138,3 +138,29 @@ def test_the_method_choices_are_the_simulators() -> None:
     from typing import get_args
 
     assert tuple(m.value for m in SimMethodOption) == get_args(sim_run.SimMethod)
+
+
+def test_calibrate_writes_a_profile_that_sim_run_uses_and_refuses_to_overwrite(cli: Cli, tmp_path: Path) -> None:
+    from tests.unit.sim.synthetic_runs import TRUE, write_run
+
+    runs = [write_run(tmp_path / "base", seed=1), write_run(tmp_path / "ngram", k=3, seed=2)]
+    prof = tmp_path / "profile.json"
+    r = cli.invoke(["sim", "calibrate", *map(str, runs), "--out", str(prof)])
+    assert r.exit_code == 0, r.output
+    saved = json.loads(prof.read_text())
+    assert saved["schema_version"] == "specguard.sim_profile/1"
+    assert saved["profile"]["fixed_s"] == pytest.approx(TRUE.fixed_s, rel=0.02)
+    assert "fit error" in r.stdout and "baseline" in r.stdout and "speculative" in r.stdout
+    again = cli.invoke(["sim", "calibrate", *map(str, runs), "--out", str(prof)])
+    assert again.exit_code == USAGE and "--out" in again.output
+    used = cli.invoke([*BASE, "--rate", "2", "--profile", str(prof), "--json"])
+    assert used.exit_code == 0, used.output
+    assert json.loads(used.stdout)["setup"]["step_model"].startswith("calibrated linear profile")
+
+
+def test_a_broken_profile_is_refused_naming_the_file_and_key(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "profile.json"
+    bad.write_text(json.dumps({"schema_version": "specguard.sim_profile/1", "profile": {"fixed_s": -1}}))
+    r = cli.invoke([*BASE, "--rate", "2", "--profile", str(bad)])
+    assert r.exit_code == USAGE and str(bad) in r.output and "fixed_s" in r.output
+    assert "Traceback" not in r.output

@@ -116,9 +116,7 @@ class SimEngine:
     with a bound that keeps the fast path from ever skipping a preemption.
     """
 
-    def __init__(
-        self, config: EngineConfig, step_time: StepTime, rng: np.random.Generator, fast_path: bool = True
-    ) -> None:
+    def __init__(self, config: EngineConfig, step_time: StepTime, rng: np.random.Generator, fast_path: bool = True) -> None:
         self.cfg = config
         self.fast_path = fast_path  # off: every step through the full scheduler (the tests compare the two)
         self.step_time = step_time

@@ -15,9 +15,18 @@ from rich.console import Console
 from rich.table import Table
 
 from specguard.report.numbers import fmt, fmt_ratio
+from specguard.sim.calibrate import CalibrationReport
 from specguard.sim.results import ArmMetrics, KBand, SimReport
 
-__all__ = ["LATENCY_ROWS", "band_line", "crossover_line", "prediction_note", "render_table", "setup_line"]
+__all__ = [
+    "LATENCY_ROWS",
+    "band_line",
+    "crossover_line",
+    "prediction_note",
+    "render_calibration",
+    "render_table",
+    "setup_line",
+]
 
 LATENCY_ROWS = (("TPOT (ms)", "tpot_ms"), ("ITL (ms)", "itl_ms"), ("TTFT (ms)", "ttft_ms"), ("E2E (ms)", "e2e_ms"))
 SATURATED = "SATURATED"
@@ -148,3 +157,21 @@ def render_table(r: SimReport) -> str:
     for w in r.warnings:
         say(f"warning: {w}")
     return buf.getvalue()
+
+
+def render_calibration(r: CalibrationReport) -> str:
+    """``sim calibrate``'s result: the coefficients, and the fit error per run and overall."""
+    p = r.profile
+    lines = [
+        f"calibrated on {len(r.runs)} run(s) of {r.served_model}" + (f" (vLLM {r.server_version})" if r.server_version else ""),
+        f"  step = {p.fixed_s * 1e3:.4g} ms + {p.per_kv_token_s * 1e9:.4g} ns x context tokens "
+        f"+ {p.per_batched_token_s * 1e6:.4g} us x batched tokens",
+        f"  fit error over {r.error.gaps} gaps: median {r.error.median_ape:.1%}, p90 {r.error.p90_ape:.1%}; R^2 {r.r2:.3f}",
+    ]
+    for run in r.runs:
+        lines.append(
+            f"  {run.kind:<11} {run.path}: {run.steps_used} gaps used, {run.steps_dropped} dropped, "
+            f"{run.draft_tokens_per_step:.2f} draft tokens/step, median error {run.error.median_ape:.1%}"
+        )
+    lines.append("  (errors against the gaps it was fitted to; bench/sim_validation.py predicts runs it was not fitted to)")
+    return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specguard import __version__
 from specguard.errors import OptionError
@@ -43,6 +43,8 @@ CROSSOVER_METRICS = ("e2e_ms", "tpot_ms", "itl_ms", "ttft_ms", "throughput_token
 
 
 class SimRequest(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
     target: str
     gpu: str
     tensor_parallel_size: int = Field(default=1, ge=1)
@@ -89,6 +91,13 @@ class SimRequest(BaseModel):
             raise ValueError("--draft, --acceptance and --num-speculative-tokens need --method")
         if self.method == "draft_model" and not self.draft:
             raise ValueError("--method draft_model needs --draft NAME (a catalog model or a local directory)")
+        if self.method in ("eagle", "eagle3") and not self.draft:
+            raise ValueError(
+                f"--method {self.method} needs --draft NAME: the EAGLE head vLLM loads (its cost is estimated as one "
+                "decoder layer of the target and its LM head; the name goes into the emitted config)"
+            )
+        if self.acceptance is not None:
+            AcceptanceRates(per_position=self.acceptance)  # the same rule, with its message, before any step
         if self.method is not None and self.num_speculative_tokens is None:
             self.num_speculative_tokens = len(self.acceptance) if self.acceptance else 4
         return self
