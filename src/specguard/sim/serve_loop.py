@@ -43,6 +43,7 @@ class Stream:
     first: float | None = None
     last: float | None = None
     sent: int = 0
+    abandoned: bool = False  # the client went away: the engine runs the request on, its tokens go nowhere
 
 
 class EngineLoop:
@@ -69,10 +70,13 @@ class EngineLoop:
         return stream
 
     def abandon(self, stream: Stream) -> None:
-        """A client that went away: its tokens are dropped (the engine has no abort; the request runs to its end)."""
-        for rid, s in list(self.streams.items()):
-            if s is stream:
-                del self.streams[rid]
+        """A client that went away: counted as vLLM counts an abort, at once; its tokens are dropped from now on.
+
+        The engine has no abort, so the request keeps its batch slot and KV blocks to its end (a vLLM would free them).
+        """
+        if not stream.abandoned:
+            stream.abandoned = True
+            self.metrics.aborted.inc()
 
     def _sim_now(self) -> float:
         return (time.monotonic() - self.t0) / self.time_scale
@@ -109,13 +113,13 @@ class EngineLoop:
         done = set(finished)
         for rid in first:
             s = self.streams.get(rid)
-            if s is not None:
+            if s is not None and not s.abandoned:
                 m.ttft.observe(now - s.arrived)
                 m.prompt_tokens.inc(s.prompt_tokens)
                 s.first = now
         for rid, n in news.items():
             s = self.streams.get(rid)
-            if s is None:
+            if s is None or s.abandoned:
                 continue
             if s.last is not None:
                 m.itl.observe(now - s.last)
@@ -124,7 +128,7 @@ class EngineLoop:
             s.queue.put_nowait(Delivery(n, rid in done))
         for rid in done:
             s = self.streams.pop(rid, None)
-            if s is None:
+            if s is None or s.abandoned:
                 continue
             if rid not in news:
                 s.queue.put_nowait(Delivery(0, True))

@@ -36,9 +36,10 @@ class SimMetrics:
         self.preemptions = counter("vllm:num_preemptions").labels(*lv)
         self.prompt_tokens = counter("vllm:prompt_tokens").labels(*lv)
         self.generation_tokens = counter("vllm:generation_tokens").labels(*lv)
-        self.success = Counter("vllm:request_success", "vllm:request_success", [*labels, "finished_reason"], registry=r).labels(
-            *lv, "length"
-        )
+        success = Counter("vllm:request_success", "vllm:request_success", [*labels, "finished_reason"], registry=r)
+        success.labels(*lv, "stop")  # vLLM creates a series per finish reason up front; this engine never stops early
+        self.success = success.labels(*lv, "length")
+        self.aborted = success.labels(*lv, "abort")  # a client that went away (see EngineLoop.abandon)
         self.ttft = histogram("vllm:time_to_first_token_seconds", TTFT_BUCKETS).labels(*lv)
         self.itl = histogram("vllm:inter_token_latency_seconds", ITL_BUCKETS).labels(*lv)
         self.tpot = histogram("vllm:request_time_per_output_token_seconds", ITL_BUCKETS).labels(*lv)
