@@ -9,6 +9,7 @@ and checks that band schedule with the preflight rules of the target release.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -202,7 +203,33 @@ def crossover(points: list[RatePoint], metric: str) -> float | None:
     return None
 
 
-def run_sim(req: SimRequest) -> SimReport:
+@dataclass(frozen=True)
+class BuiltArms:
+    """What both arms are made of: the step-time model, each arm's KV pool, the speculation (None without --method)."""
+
+    target: ModelEntry
+    gpu: GpuEntry
+    draft: ModelEntry | None
+    step: StepTime
+    step_desc: str
+    blocks_base: int
+    blocks_spec: int | None
+    rates: AcceptanceRates | None
+    speculation: Speculation | None
+    warnings: list[str]
+
+    def engine_config(self, req: SimRequest, speculative: bool) -> EngineConfig:
+        """One arm's engine: the baseline, or (``speculative``) the one with the speculation and its smaller pool."""
+        config = dict(block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens)
+        if not speculative:
+            return EngineConfig(num_kv_blocks=self.blocks_base, **config)  # type: ignore[arg-type]
+        if self.speculation is None or self.blocks_spec is None:
+            raise OptionError("a speculative arm needs --method")
+        return EngineConfig(num_kv_blocks=self.blocks_spec, speculation=self.speculation, **config)  # type: ignore[arg-type]
+
+
+def build_arms(req: SimRequest) -> BuiltArms:
+    """Resolve the catalogs and build the step-time model, KV pools and speculation that both arms share."""
     target = resolve_model(req.target)
     gpu = resolve_gpu(req.gpu, None)
     assert gpu is not None
@@ -228,6 +255,26 @@ def run_sim(req: SimRequest) -> SimReport:
             lookahead=K.lookahead_slots(req.method, k),
             proposer=_proposer(req, target, draft, gpu, step),
         )
+    return BuiltArms(target, gpu, draft, step, step_desc, blocks_base, blocks_spec, rates, speculation, warnings)
+
+
+def build_arm(req: SimRequest, speculative: bool) -> tuple[EngineConfig, StepTime]:
+    """One arm's engine configuration and step-time model, as ``run_sim`` simulates it (``sim serve`` runs one)."""
+    arms = build_arms(req)
+    return arms.engine_config(req, speculative), arms.step
+
+
+def run_sim(req: SimRequest) -> SimReport:
+    arms = build_arms(req)
+    target, gpu, draft, step, step_desc = arms.target, arms.gpu, arms.draft, arms.step, arms.step_desc
+    blocks_base, blocks_spec, rates, speculation, warnings = (
+        arms.blocks_base,
+        arms.blocks_spec,
+        arms.rates,
+        arms.speculation,
+        arms.warnings,
+    )
+    k = req.num_speculative_tokens or 0
     lengths = req.lengths or Lengths.fixed(req.prompt_len, req.output_len)
     warmup = req.warmup_s if req.warmup_s is not None else req.duration_s / 10
     if warmup >= req.duration_s:
@@ -239,12 +286,11 @@ def run_sim(req: SimRequest) -> SimReport:
         if len(arrivals) == 0:
             raise OptionError(f"--rate {rate:g} over --duration {req.duration_s:g} s gives no request")
         prompts, outputs = draw_lengths(lengths, len(arrivals), rng)
-        config = dict(block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens)
-        base = simulate_arm(EngineConfig(num_kv_blocks=blocks_base, **config), step, arrivals, prompts, outputs, warmup, req.seed)  # type: ignore[arg-type]
+        base = simulate_arm(arms.engine_config(req, False), step, arrivals, prompts, outputs, warmup, req.seed)
         spec = None
         if speculation is not None and blocks_spec is not None:
             spec = simulate_arm(
-                EngineConfig(num_kv_blocks=blocks_spec, speculation=speculation, **config),  # type: ignore[arg-type]
+                arms.engine_config(req, True),
                 step,
                 arrivals,
                 prompts,
