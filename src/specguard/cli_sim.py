@@ -250,4 +250,7 @@ def calibrate(
 
 
 def register(app: typer.Typer) -> None:
+    from specguard.sim.serve_cli import register_serve
+
+    register_serve(sim_app)
     app.add_typer(sim_app, name="sim")
