@@ -9,8 +9,8 @@ against the issue's 10 s target.
 
 Measured 2026-12-02 on this machine (2 shared vCPUs, another process busy at times), one hour at 10 req/s:
 baseline 136,664 steps in 3.6 s (38,000 steps/s, 10,000 requests/s), draft_model 84,250 steps in 4.3 s
-(19,800 steps/s, 8,500 requests/s): 7.9 s for both arms. Vidur, the issue's competitor, was not run in
-this script: see the README's Performance section for what is known of it here.
+(19,800 steps/s, 8,500 requests/s): 7.9 s for both arms. Vidur, the issue's competitor, is not run by
+this script yet: it is not side by side, so it states no ratio.
 """
 
 from __future__ import annotations
