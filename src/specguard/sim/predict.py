@@ -86,7 +86,5 @@ def predict_run(
         pred: SimPercentiles = getattr(predicted, m)
         points.append(_point(m, "p50", meas.p50, pred.p50))
         points.append(_point(m, "p90", meas.p90, pred.p90))
-    points.append(
-        _point("output_tokens_per_s", "mean", work.measured.output_tokens_per_s, predicted.throughput_tokens_per_s)
-    )
+    points.append(_point("output_tokens_per_s", "mean", work.measured.output_tokens_per_s, predicted.throughput_tokens_per_s))
     return RunPrediction(run=str(work.path), points=points, predicted=predicted)

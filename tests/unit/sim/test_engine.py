@@ -145,9 +145,7 @@ def test_at_low_load_throughput_is_the_offered_load() -> None:
 def test_past_capacity_the_queue_grows_and_the_arm_says_it_is_saturated() -> None:
     arrivals = arrival_times(Arrivals(), 50.0, 120.0, np.random.default_rng(0))
     n = len(arrivals)
-    m = simulate_arm(
-        EngineConfig(num_kv_blocks=50_000, max_num_seqs=16), STEP, arrivals, np.full(n, 200), np.full(n, 200), 10.0
-    )
+    m = simulate_arm(EngineConfig(num_kv_blocks=50_000, max_num_seqs=16), STEP, arrivals, np.full(n, 200), np.full(n, 200), 10.0)
     assert m.saturated
     assert m.request_rate < 40
 
