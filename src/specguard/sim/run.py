@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specguard import __version__
 from specguard.errors import OptionError
@@ -79,6 +79,17 @@ class SimRequest(BaseModel):
             raise ValueError("every --rate must be above 0")
         return sorted(set(rates))
 
+    @field_validator("acceptance")
+    @classmethod
+    def _acceptance_rules(cls, rates: list[float] | None) -> list[float] | None:
+        """AcceptanceRates' rules (in [0, 1], non-increasing), reported against this field, before any step."""
+        if rates is not None:
+            try:
+                AcceptanceRates(per_position=rates)
+            except ValidationError as exc:
+                raise ValueError("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from None
+        return rates
+
     @field_validator("crossover_metric")
     @classmethod
     def _metric(cls, m: str) -> str:
@@ -97,8 +108,6 @@ class SimRequest(BaseModel):
                 f"--method {self.method} needs --draft NAME: the EAGLE head vLLM loads (its cost is estimated as one "
                 "decoder layer of the target and its LM head; the name goes into the emitted config)"
             )
-        if self.acceptance is not None:
-            AcceptanceRates(per_position=self.acceptance)  # the same rule, with its message, before any step
         if self.method is not None and self.num_speculative_tokens is None:
             self.num_speculative_tokens = len(self.acceptance) if self.acceptance else 4
         return self
