@@ -73,6 +73,11 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     speculation: Speculation | None = None
+    # vLLM V0 (before 0.8's V1 engine), for comparing with V0-era measurements (docs/validation.md):
+    # prefill_first: without chunked prefill V0's scheduler runs waiting prompts in prefill-only steps, decodes wait;
+    # batch_expansion: V0's speculative scorer expanded each request into k + 1 sequences, each reading its context.
+    prefill_first: bool = False
+    batch_expansion: bool = False
 
 
 @dataclass
@@ -118,7 +123,8 @@ class SimEngine:
 
     def __init__(self, config: EngineConfig, step_time: StepTime, rng: np.random.Generator, fast_path: bool = True) -> None:
         self.cfg = config
-        self.fast_path = fast_path  # off: every step through the full scheduler (the tests compare the two)
+        # off: every step through the full scheduler (the tests compare the two); V0's rules have only that path
+        self.fast_path = fast_path and not (config.prefill_first or config.batch_expansion)
         self.step_time = step_time
         spec = config.speculation
         self.sampler = AcceptedSampler(spec.rates, rng) if spec else None
@@ -343,6 +349,14 @@ class SimEngine:
         self._remove(~done)
         return finished
 
+    def _prefill_can_start(self, n: int) -> bool:
+        """V0 without chunked prefill: the first waiting request fits the budget, the KV pool and a sequence slot."""
+        if not self.waiting or n >= self.cfg.max_num_seqs:
+            return False
+        rid = self.waiting[0]
+        full = self.prompt[rid] + self.generated[rid]
+        return full <= self.cfg.max_num_batched_tokens and (full + self.cfg.block_size - 1) // self.cfg.block_size <= self.free_blocks
+
     def _full_step(self, k: int, lookahead: int) -> StepOutcome:
         cfg = self.cfg
         spec = cfg.speculation
@@ -358,6 +372,8 @@ class SimEngine:
             else:
                 spec_tokens[decoding] = k
         need = np.where(decoding, 1 + spec_tokens, target - ctx)
+        if cfg.prefill_first and self._prefill_can_start(n):
+            need = np.where(decoding, 0, need)  # V0: this step prefills only
         before = np.cumsum(need) - need
         alloc = np.clip(budget - before, 0, need)
         want = self._blocks_for(ctx + alloc + np.where(decoding & (alloc > 0), lookahead, 0))
@@ -408,7 +424,13 @@ class SimEngine:
         n_dec = int(dec_sched.sum())
         context = int((ctx + alloc)[scheduled].sum())
         pairs = float((alloc * (ctx + (alloc + 1) // 2)).sum())
-        load = StepLoad(int(scheduled.sum()), int(alloc.sum()), context, pairs)
+        seqs = int(scheduled.sum())
+        if cfg.batch_expansion and k:
+            # each drafted request scores as 1 + its drafts sequences, each attending to its whole context
+            expanded = np.where(dec_sched, alloc - 1, 0)
+            context += int((expanded * (ctx + 1))[dec_sched].sum())
+            seqs += int(expanded.sum())
+        load = StepLoad(seqs, int(alloc.sum()), context, pairs)
         if load.batched_tokens == 0:
             rid = self.waiting[0]
             raise SimulationError(

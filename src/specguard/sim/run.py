@@ -24,11 +24,13 @@ from specguard.sim.k_schedule import best_k_bands
 from specguard.sim.results import SIM_DEFINITIONS, ArmMetrics, RatePoint, SimReport, SimSetup
 from specguard.sim.simulate import simulate_arm
 from specguard.sim.step_time import (
+    DRAFT_PASS_OVERHEAD_S,
     LinearProfile,
     ModelCost,
     ProposerCost,
     ProposerKind,
     Roofline,
+    RooflineCoefficients,
     StepTime,
     head_cost,
 )
@@ -135,7 +137,7 @@ def _proposer(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu
         )
         return ProposerCost(kind, scaled)
     cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
-    return ProposerCost(kind, Roofline(cost, gpu))
+    return ProposerCost(kind, Roofline(cost, gpu, RooflineCoefficients(fixed_overhead_s=DRAFT_PASS_OVERHEAD_S)))
 
 
 def _kv_blocks(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu: GpuEntry) -> tuple[int, int | None]:

@@ -54,6 +54,7 @@ class RooflineCoefficients(BaseModel):
     attention_efficiency: float = Field(default=0.35, gt=0, le=1)
     fixed_overhead_s: float = Field(default=0.0015, ge=0, description="scheduler, sampler, launch gaps per step")
     allreduce_latency_s: float = Field(default=8e-6, ge=0, description="per all-reduce, with tp > 1")
+    per_seq_overhead_s: float = Field(default=0.0, ge=0, description="CPU time per scheduled sequence (V0: see V0_COSTS)")
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Roofline:
             link = g.link_bytes_per_s or 0.0
             per = load.batched_tokens * c.hidden_size * ACT_BYTES * 2 * (c.tp - 1) / c.tp
             allreduce = 2 * c.layers * (k.allreduce_latency_s + (per / link if link else 0.0))
-        return {"fixed": k.fixed_overhead_s, "memory": memory, "compute": compute + attention, "allreduce": allreduce}
+        return {"fixed": k.fixed_overhead_s + k.per_seq_overhead_s * load.seqs, "memory": memory, "compute": compute + attention, "allreduce": allreduce}
 
     @cached_property
     def _constants(self) -> tuple[float, float, float, float, float, float, float]:
@@ -129,14 +130,14 @@ class Roofline:
             2 * c.params_per_rank / (flops * k.compute_efficiency),
             4 * c.attention_width_per_rank / (flops * k.attention_efficiency),
             per_token_ar,
-            0.0,
+            k.per_seq_overhead_s,
         )
 
     def __call__(self, load: StepLoad) -> float:
-        fixed, weights, per_kv, per_tok, per_pair, per_tok_ar, _ = self._constants
+        fixed, weights, per_kv, per_tok, per_pair, per_tok_ar, per_seq = self._constants
         memory = weights + per_kv * load.context_tokens
         compute = per_tok * load.batched_tokens + per_pair * load.attention_pairs
-        return fixed + (memory if memory > compute else compute) + per_tok_ar * load.batched_tokens
+        return fixed + per_seq * load.seqs + (memory if memory > compute else compute) + per_tok_ar * load.batched_tokens
 
 
 class LinearProfile(BaseModel):
@@ -162,6 +163,31 @@ ProposerKind = Literal["none", "ngram", "suffix", "draft_model", "eagle", "mtp"]
 # CPU-side proposers: vLLM's n-gram matcher (numba) and Arctic's suffix tree take tens of microseconds per
 # request per step, beside a target step of milliseconds.
 CPU_PROPOSER_S_PER_SEQ = {"ngram": 10e-6, "suffix": 30e-6}
+# A draft or head pass inside a step pays no scheduling, input preparation or sampling of its own: vLLM V1 runs
+# the k passes back to back as CUDA-graph replays inside the step whose fixed overhead is charged once. A pass
+# costs its roofline plus this launch time. With the step's 1.5 ms charged per pass instead, EAGLE-3 on
+# Llama-3.1-8B/H100 at batch 1 came out 1.22x against SpecDecode-Bench's measured 1.71x (docs/validation.md).
+DRAFT_PASS_OVERHEAD_S = 1e-4
+
+
+@dataclass(frozen=True)
+class V0Costs:
+    """vLLM V0's CPU costs, from published V0 measurements (not from the results it is compared with).
+
+    draft_pass_s: a V0 draft pass ran the draft's whole model runner (input preparation, sampling) on its own.
+    SpecDecodeWorker's logged "average_time_per_proposal_tok_ms" was 5.56 ms for Qwama-0.5B at batch 16 on an A10
+    (vLLM PR #9298, v0.6.3.post2, CUDA graphs), whose roofline pass is about 2.2 ms (1 GB at 75 % of 600 GB/s):
+    3.4 ms of CPU; and 4.96 ms for a 7B GPTQ draft at TP 4, batch 2 (issue #8370), about 4 ms above its GPU time.
+    per_seq_s: CPU time per scheduled sequence per step: the same PR's scoring step took 43.3 ms for 16 requests
+    expanded to 64 sequences (k = 3) where the roofline gives 37 ms: 6 ms, about 0.1 ms a sequence. The v0.6.0
+    post (profiled on v0.5.3, Llama 3 8B, 1xH100) puts scheduling and input preparation at 29 % of the time.
+    """
+
+    draft_pass_s: float = 3.5e-3
+    per_seq_s: float = 1e-4
+
+
+V0_COSTS = V0Costs()
 EAGLE_HEAD_FRACTION = 1.0  # an EAGLE/MTP head is about one target decoder layer (sizing/catalog.decoder_layer_params)
 
 
