@@ -355,7 +355,10 @@ class SimEngine:
             return False
         rid = self.waiting[0]
         full = self.prompt[rid] + self.generated[rid]
-        return full <= self.cfg.max_num_batched_tokens and (full + self.cfg.block_size - 1) // self.cfg.block_size <= self.free_blocks
+        return (
+            full <= self.cfg.max_num_batched_tokens
+            and (full + self.cfg.block_size - 1) // self.cfg.block_size <= self.free_blocks
+        )
 
     def _full_step(self, k: int, lookahead: int) -> StepOutcome:
         cfg = self.cfg

@@ -25,6 +25,7 @@ from specguard.sim.results import SIM_DEFINITIONS, ArmMetrics, RatePoint, SimRep
 from specguard.sim.simulate import simulate_arm
 from specguard.sim.step_time import (
     DRAFT_PASS_OVERHEAD_S,
+    V0_COSTS,
     LinearProfile,
     ModelCost,
     ProposerCost,
@@ -73,6 +74,9 @@ class SimRequest(BaseModel):
     crossover_metric: str = "e2e_ms"
     vllm_version: str | None = None
     seed: int = Field(default=0, ge=0)
+    engine: Literal["v1", "v0"] = Field(
+        default="v1", description="v0: vLLM before 0.8, for comparing with V0-era measurements (EngineConfig, V0_COSTS)"
+    )
 
     @field_validator("rates")
     @classmethod
@@ -112,6 +116,10 @@ class SimRequest(BaseModel):
             )
         if self.method is not None and self.num_speculative_tokens is None:
             self.num_speculative_tokens = len(self.acceptance) if self.acceptance else 4
+        if self.engine == "v0" and self.profile is not None:
+            raise ValueError(
+                "--engine v0 adds V0's published CPU costs to the roofline; a calibrated --profile already has yours"
+            )
         return self
 
 
@@ -120,6 +128,9 @@ def _step_model(req: SimRequest, target: ModelEntry, gpu: GpuEntry) -> tuple[Ste
         return req.profile, f"calibrated linear profile ({req.profile_source or 'given'})"
     if not (gpu.hbm_bytes_per_s and gpu.bf16_flops):
         raise OptionError(f"--gpu {gpu.name}: no bandwidth or FLOP/s known; calibrate a profile with 'specguard sim calibrate'")
+    if req.engine == "v0":
+        v0 = RooflineCoefficients(per_seq_overhead_s=V0_COSTS.per_seq_s)
+        return Roofline(ModelCost.of(target, req.tensor_parallel_size), gpu, v0), "roofline with vLLM V0's CPU costs"
     return Roofline(ModelCost.of(target, req.tensor_parallel_size), gpu), "roofline from the model and GPU catalogs"
 
 
@@ -137,7 +148,8 @@ def _proposer(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu
         )
         return ProposerCost(kind, scaled)
     cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
-    return ProposerCost(kind, Roofline(cost, gpu, RooflineCoefficients(fixed_overhead_s=DRAFT_PASS_OVERHEAD_S)))
+    per_pass = V0_COSTS.draft_pass_s if req.engine == "v0" else DRAFT_PASS_OVERHEAD_S
+    return ProposerCost(kind, Roofline(cost, gpu, RooflineCoefficients(fixed_overhead_s=per_pass)))
 
 
 def _kv_blocks(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu: GpuEntry) -> tuple[int, int | None]:
@@ -231,7 +243,14 @@ class BuiltArms:
 
     def engine_config(self, req: SimRequest, speculative: bool) -> EngineConfig:
         """One arm's engine: the baseline, or (``speculative``) the one with the speculation and its smaller pool."""
-        config = dict(block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens)
+        config: dict[str, object] = dict(
+            block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens
+        )
+        if req.engine == "v0":
+            # V0 without chunked prefill: a whole prompt per step, so its budget default was max(max_model_len, 2048)
+            max_len = req.max_model_len or self.target.max_position_embeddings
+            config.update(chunked_prefill=False, prefill_first=True, max_num_batched_tokens=max(max_len, 2048))
+            config.update(batch_expansion=speculative)
         if not speculative:
             return EngineConfig(num_kv_blocks=self.blocks_base, **config)  # type: ignore[arg-type]
         if self.speculation is None or self.blocks_spec is None:

@@ -109,7 +109,12 @@ class Roofline:
             link = g.link_bytes_per_s or 0.0
             per = load.batched_tokens * c.hidden_size * ACT_BYTES * 2 * (c.tp - 1) / c.tp
             allreduce = 2 * c.layers * (k.allreduce_latency_s + (per / link if link else 0.0))
-        return {"fixed": k.fixed_overhead_s + k.per_seq_overhead_s * load.seqs, "memory": memory, "compute": compute + attention, "allreduce": allreduce}
+        return {
+            "fixed": k.fixed_overhead_s + k.per_seq_overhead_s * load.seqs,
+            "memory": memory,
+            "compute": compute + attention,
+            "allreduce": allreduce,
+        }
 
     @cached_property
     def _constants(self) -> tuple[float, float, float, float, float, float, float]:

@@ -1,0 +1,223 @@
+"""The simulator against the embedded vLLM: calibrate on some ``bench`` runs, predict others, score each metric.
+
+``EMBEDDED_LOADS`` is the one list of runs both ``bench/sim_validation.py`` and the integration test make against
+the embedded servers: a calibration set (baseline and n-gram at concurrency 1 and 4, which separates the per-KV
+from the per-batched-token cost) and predicted runs at loads the fit never saw. ``validate_embedded`` fits a
+profile to the first and scores ``predict_run`` on the second; ``render_validation_md`` writes docs/validation.md
+from a finished ``ValidationDoc`` (the published series come from ``sim.published``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from specguard.loadgen.prompts import synthetic_prompts
+from specguard.loadgen.runner import BenchConfig
+from specguard.results.models import LoadShape, SamplingOverrides
+from specguard.sim.calibrate import calibrate
+from specguard.sim.from_run import run_workload
+from specguard.sim.predict import RunPrediction, predict_run
+from specguard.sim.published import SeriesResult
+from specguard.sim.step_time import LinearProfile, ModelCost, ProposerCost
+from specguard.sizing.catalog import ModelEntry
+from specguard.vllm import knowledge as K
+
+ServerKind = Literal["baseline", "ngram", "ngram_k2", "draft_model"]
+# synthetic:repetitive at temperature 0 gives n-gram matches on the tiny model (acceptance about 0.95 here);
+# 48 tokens keep a run of 24 requests near 10 s on 2 cores.
+PROMPTS = "repetitive"
+MAX_TOKENS = 48
+REQUESTS = 24
+WARMUP = 2
+
+
+class EmbeddedLoad(BaseModel):
+    name: str
+    server: ServerKind
+    kind: Literal["concurrency", "poisson"]
+    value: float = Field(description="concurrency, or requests per second")
+    role: Literal["calibrate", "predict"]
+
+    @property
+    def label(self) -> str:
+        return f"concurrency {self.value:g}" if self.kind == "concurrency" else f"Poisson {self.value:g} req/s"
+
+
+def _load(name: str, server: ServerKind, kind: Literal["concurrency", "poisson"], value: float, role: str) -> EmbeddedLoad:
+    return EmbeddedLoad(name=name, server=server, kind=kind, value=value, role=role)  # type: ignore[arg-type]
+
+
+CALIBRATION_LOADS = (
+    _load("base_c1", "baseline", "concurrency", 1, "calibrate"),
+    _load("base_c4", "baseline", "concurrency", 4, "calibrate"),
+    _load("ngram_c1", "ngram", "concurrency", 1, "calibrate"),
+    _load("ngram_c4", "ngram", "concurrency", 4, "calibrate"),
+)
+# the integration test's predicted runs: another concurrency and an open loop, on the servers it calibrated on
+PREDICTED_LOADS = (
+    _load("base_c2", "baseline", "concurrency", 2, "predict"),
+    _load("base_r6", "baseline", "poisson", 6, "predict"),
+    _load("ngram_c2", "ngram", "concurrency", 2, "predict"),
+    _load("ngram_r6", "ngram", "poisson", 6, "predict"),
+)
+# the bench script adds a higher load, another k and the draft-model server
+EXTRA_LOADS = (
+    _load("base_c8", "baseline", "concurrency", 8, "predict"),
+    _load("ngram_c8", "ngram", "concurrency", 8, "predict"),
+    _load("ngram_k2_c1", "ngram_k2", "concurrency", 1, "predict"),
+    _load("ngram_k2_c4", "ngram_k2", "concurrency", 4, "predict"),
+    _load("draft_c1", "draft_model", "concurrency", 1, "predict"),
+    _load("draft_c4", "draft_model", "concurrency", 4, "predict"),
+)
+EMBEDDED_LOADS = (*CALIBRATION_LOADS, *PREDICTED_LOADS, *EXTRA_LOADS)
+
+
+def bench_config(load: EmbeddedLoad, base_url: str, model: str, out: Path) -> BenchConfig:
+    """The ``specguard bench`` run of one load, as the validation makes it."""
+    if load.kind == "concurrency":
+        shape = LoadShape(kind="concurrency", concurrency=int(load.value), num_requests=REQUESTS, warmup_requests=WARMUP)
+    else:
+        shape = LoadShape(kind="poisson", rate=load.value, num_requests=REQUESTS, warmup_requests=WARMUP, seed=1)
+    return BenchConfig(
+        base_url=base_url,
+        model=model,
+        prompts=synthetic_prompts(PROMPTS, count=REQUESTS + WARMUP, max_tokens=MAX_TOKENS),
+        load=shape,
+        sampling=SamplingOverrides(temperature=0.0, max_tokens=MAX_TOKENS),
+        metrics_url=f"{base_url}/metrics",
+        gpu_metrics_url="none",
+        out_dir=out,
+        scrape_interval_s=0.5,
+    )
+
+
+class PredictedRun(BaseModel):
+    load: EmbeddedLoad
+    method: str | None
+    k: int
+    prediction: RunPrediction
+
+
+class EmbeddedValidation(BaseModel):
+    calibration_runs: list[str]
+    profile: LinearProfile
+    fit_median_ape: float
+    runs: list[PredictedRun]
+
+
+class ValidationDoc(BaseModel):
+    tool_version: str
+    embedded: EmbeddedValidation | None
+    published: list[SeriesResult]
+
+
+def _spec_of(server: ServerKind) -> tuple[str | None, int]:
+    return {"baseline": (None, 0), "ngram": ("ngram", 4), "ngram_k2": ("ngram", 2), "draft_model": ("draft_model", 3)}[server]
+
+
+def validate_embedded(
+    runs: Sequence[tuple[EmbeddedLoad, Path]], target: ModelEntry | None = None, draft: ModelEntry | None = None
+) -> EmbeddedValidation:
+    """Fit on the calibration runs, predict the rest; a draft-model run needs both models to scale its proposer."""
+    fit_dirs = [d for load, d in runs if load.role == "calibrate"]
+    report = calibrate(fit_dirs)
+    profile = report.profile
+    out: list[PredictedRun] = []
+    for load, run_dir in runs:
+        if load.role != "predict":
+            continue
+        method, k = _spec_of(load.server)
+        proposer = None
+        if method == "draft_model":
+            if target is None or draft is None:
+                raise ValueError("a draft-model run needs the target and draft models to scale the profile")
+            t, d = ModelCost.of(target, 1), ModelCost.of(draft, 1)
+            scaled = profile.scaled(
+                d.params_per_rank / t.params_per_rank, d.kv_bytes_per_token_per_rank / t.kv_bytes_per_token_per_rank
+            )
+            proposer = ProposerCost("draft_model", scaled)
+        elif method is not None:
+            proposer = ProposerCost("ngram")
+        lookahead = K.lookahead_slots(method, k) if method else 0
+        prediction = predict_run(run_workload(run_dir), profile, method=method, k=k, proposer=proposer, lookahead=lookahead)
+        out.append(PredictedRun(load=load, method=method, k=k, prediction=prediction))
+    return EmbeddedValidation(
+        calibration_runs=[load.name for load, _ in runs if load.role == "calibrate"],
+        profile=profile,
+        fit_median_ape=report.error.median_ape,
+        runs=out,
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.0f} %"
+
+
+def _embedded_md(e: EmbeddedValidation) -> list[str]:
+    p = e.profile
+    lines = [
+        "## 1. The embedded vLLM, here",
+        "",
+        f"Calibrated on {', '.join(e.calibration_runs)} (`synthetic:{PROMPTS}`, temperature 0, {MAX_TOKENS} tokens, "
+        f"{REQUESTS} requests each): fixed {p.fixed_s * 1e3:.2f} ms, {p.per_kv_token_s * 1e6:.3f} us per KV token, "
+        f"{p.per_batched_token_s * 1e6:.2f} us per batched token; fit median absolute error {e.fit_median_ape * 100:.1f} % "
+        "of a step. Every other run below was predicted, never fitted. Error = (predicted - measured) / measured.",
+        "",
+        "| run | server | load | TTFT p50 | TPOT p50 | ITL p50 | E2E p50 | TPOT p90 | E2E p90 | throughput |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in e.runs:
+        err = {(pt.metric, pt.stat): pt.error for pt in r.prediction.points}
+        server = r.load.server if not r.method else f"{r.method}, k={r.k}"
+        cells = [err.get(key) for key in (("ttft_ms", "p50"), ("tpot_ms", "p50"), ("itl_ms", "p50"), ("e2e_ms", "p50"))]
+        cells += [err.get(("tpot_ms", "p90")), err.get(("e2e_ms", "p90")), err.get(("output_tokens_per_s", "mean"))]
+        lines.append(f"| {r.load.name} | {server} | {r.load.label} | " + " | ".join(_pct(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
+def _series_md(r: SeriesResult) -> list[str]:
+    s = r.series
+    x_name = "QPS" if s.x_axis == "qps" else "batch"
+    ratio = (
+        "end-to-end latency speed-up (baseline p50 / speculative p50)" if s.ratio == "e2e_speedup" else "output throughput ratio"
+    )
+    acc = " / ".join(f"{a:.3f}" for a in r.acceptance)
+    lines = [
+        f"### {s.source}: {s.setting}",
+        "",
+        f"{s.target} on {s.tensor_parallel_size} x {s.gpu}, vLLM {s.engine.upper()} engine, k = {s.num_speculative_tokens}, "
+        f"{s.prompt_len}/{s.output_len} tokens ({s.lengths_source}); {ratio}. Acceptance {acc}: {s.acceptance_rule}"
+        + (f"; drafts in {s.draft_fraction:.0%} of steps" if s.draft_fraction < 1 else "")
+        + f". Source: {s.cite}.",
+        "",
+        f"| {x_name} | measured | simulated | error |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {p.x:g} | {p.measured:.2f} | {p.simulated:.2f} | {_pct(p.error)} |" for p in r.points]
+    if s.x_axis == "qps":
+        m = "none" if r.measured_crossover is None else f"QPS {r.measured_crossover:g}"
+        sim = "none" if r.simulated_crossover is None else f"QPS {r.simulated_crossover:g}"
+        lines += ["", f"Crossover (first measured point at or below 1): measured {m}, simulated {sim}."]
+    return [*lines, ""]
+
+
+def render_validation_md(doc: ValidationDoc) -> str:
+    lines = [
+        "# Validation of `specguard sim`",
+        "",
+        f"Generated by `bench/sim_validation.py` (specguard {doc.tool_version}); do not edit by hand. Each point is "
+        "a measurement the simulator was not fitted to, beside the simulator's prediction of it.",
+        "",
+    ]
+    if doc.embedded is not None:
+        lines += _embedded_md(doc.embedded)
+    else:
+        lines += ["## 1. The embedded vLLM, here", "", "Not run (`--published-only`).", ""]
+    lines += ["## 2. Published measurements", ""]
+    for r in doc.published:
+        lines += _series_md(r)
+    return "\n".join(lines).rstrip() + "\n"
