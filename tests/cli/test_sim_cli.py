@@ -251,3 +251,30 @@ def test_unset_scheduler_limits_are_vllms_defaults_for_the_gpu(cli: Cli, gpu: st
 def test_an_unknown_gpu_is_not_told_of_an_option_sim_lacks(cli: Cli) -> None:
     r = cli.fails(["sim", "run", "--target", "llama-3.1-8b", "--gpu", "h900", "--rate", "2"], USAGE, "--gpu h900: unknown GPU")
     assert "--gpu-memory-gib" not in r.stderr
+
+
+def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
+    """Each ``specguard sim run`` line of the README, in a directory holding what it names (shortened to 20 s)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from specguard.workload.assess import assess
+    from tests.integration.test_readme import readme_commands
+    from tests.unit.sim.synthetic_runs import write_run
+    from tests.unit.workload.test_workload import IdTokenizer
+
+    lines = [c for c in readme_commands() if c[:3] == ["specguard", "sim", "run"]]
+    assert len(lines) >= 4
+    write_run(Path("runs/ngram-steady"), k=3, requests=40, seed=6, per_position_counters=True)
+    log = Path("log.jsonl")
+    entry = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "sampling": {"temperature": 0}}
+    rows = [{**entry, "prompt": "a b c d " * (i + 2), "response": {"text": "a b c d " * (i + 1)}} for i in range(12)]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    Path("assess.json").write_text(assess(log, IdTokenizer(), "ids", sweep=False, suffix=False).model_dump_json())
+    Path("prompts.jsonl").write_text("".join(json.dumps({"prompt": "red green " * n}) + "\n" for n in (1, 3)))
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "red": 1, "green": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    Path("tokenizer").mkdir()
+    tok.save("tokenizer/tokenizer.json")
+    for line in lines:
+        r = cli.invoke([*line[1:], "--duration", "20"])
+        assert r.exit_code == 0, (line, r.output)

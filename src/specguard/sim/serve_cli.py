@@ -70,8 +70,10 @@ def register_serve(sim_app: typer.Typer) -> None:
         acceptance: Annotated[
             str | None, typer.Option(help="Per-position acceptance, e.g. 0.8,0.6,0.4 (default: 0.7^i, assumed).")
         ] = None,
-        max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default 256).")] = None,
-        max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's max_num_batched_tokens (default 8192).")] = None,
+        max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default: vLLM's for the --gpu).")] = None,
+        max_num_batched_tokens: Annotated[
+            int | None, typer.Option(help="vLLM's max_num_batched_tokens (default: vLLM's for the --gpu).")
+        ] = None,
         host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
         served_model_name: Annotated[str, typer.Option(help="The model name clients ask for.")] = "sim",
