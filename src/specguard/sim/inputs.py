@@ -194,12 +194,6 @@ def lengths_from(path: Path, *, tokenizer: Path | None = None, output_len: int |
 # --- acceptance -------------------------------------------------------------------------------------------------
 
 
-def _non_increasing(rates: list[float]) -> list[float]:
-    """Clamped to [0, 1] and made non-increasing: counters read at two scrapes can be a hair out of order."""
-    clamped = [min(1.0, max(0.0, r)) for r in rates]
-    return [min(clamped[: i + 1]) for i in range(len(clamped))]
-
-
 def acceptance_from(path: Path, method: str | None) -> Taken:
     """Per-position acceptance from a bench run's server counters, or an assess report's replay of ``method``."""
     if method is None:
@@ -220,8 +214,8 @@ def acceptance_from(path: Path, method: str | None) -> Taken:
                 "proposer found nothing in the others); the simulated arm drafts on every step, so it overstates "
                 "the tokens a step yields"
             )
-        rates = AcceptanceRates(
-            per_position=_non_increasing(work.acceptance),
+        rates = AcceptanceRates(  # from_run has clamped them and made them non-increasing
+            per_position=work.acceptance,
             source=f"bench run {path} (server counters, k={len(work.acceptance)})",
         )
         return Taken(acceptance=rates, notes=notes)
@@ -240,8 +234,8 @@ def acceptance_from(path: Path, method: str | None) -> Taken:
     if result is None or not result.drafts or not result.per_position:
         raise InputFileError(f"{ACCEPTANCE_OPTION} {path}: the report has no {method} replay with drafts")
     k = len(result.per_position)
-    rates = AcceptanceRates(
-        per_position=_non_increasing(result.per_position),
+    rates = AcceptanceRates(  # a replay's per-position shares are non-increasing by construction
+        per_position=result.per_position,
         source=f"assess replay in {path} ({method}, k={k}, {result.drafts} drafts)",
     )
     notes = []
