@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from specguard.cli_exit import EXIT_CODES_EPILOG
 from specguard.cli_output import err
 from specguard.errors import OptionError
+
+if TYPE_CHECKING:
+    from specguard.sim.inputs import Taken
 
 sim_app = typer.Typer(
     help="What-if simulator: predicted latency and throughput of a speculative setting versus the baseline, per rate.",
@@ -30,6 +33,7 @@ SIM_OPTIONS = {
     "rates": "--rate",
     "prompt_len": "--prompt-len",
     "output_len": "--output-len",
+    "lengths": "--lengths-from",
     "method": "--method",
     "draft": "--draft",
     "num_speculative_tokens": "--num-speculative-tokens",
@@ -66,22 +70,6 @@ class SimArrival(StrEnum):
     constant = "constant"
 
 
-def parse_acceptance(text: str | None) -> list[float] | None:
-    """``0.8,0.6,0.4`` -> per-position rates, held to ``AcceptanceRates``'s rules ([0, 1], non-increasing)."""
-    from specguard.sim.acceptance import AcceptanceRates
-    from specguard.validation import options
-
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        values = [float(p) for p in parts]
-    except ValueError as exc:
-        raise OptionError(f"--acceptance {text!r}: expected comma-separated numbers in [0, 1], such as 0.8,0.6,0.4") from exc
-    rates = options(AcceptanceRates, {"per_position": values}, {"per_position": "--acceptance"})
-    return rates.per_position
-
-
 def _catalog(option: str, value: str | None, *, gpu: bool = False) -> None:
     """An unknown model or GPU is refused here, naming the option, with the catalog's list of names."""
     from specguard.sizing.catalog import CatalogError, resolve_gpu, resolve_model
@@ -94,6 +82,41 @@ def _catalog(option: str, value: str | None, *, gpu: bool = False) -> None:
         raise OptionError(f"{option} {value}: {exc.message}") from exc
 
 
+def _from_files(
+    target: str,
+    lengths_from: Path | None,
+    tokenizer: Path | None,
+    prompt_len: int | None,
+    output_len: int | None,
+    acceptance_from: Path | None,
+    acceptance: str | None,
+    method: SimMethodOption | None,
+) -> Taken:
+    """--lengths-from and --acceptance-from read, after the options they exclude are refused."""
+    from specguard.sim.inputs import Taken
+    from specguard.sim.inputs import acceptance_from as read_acceptance
+    from specguard.sim.inputs import lengths_from as read_lengths
+    from specguard.validation import tokenizer_option
+
+    if lengths_from is not None and prompt_len is not None:
+        raise OptionError("--lengths-from and --prompt-len: the prompt lengths come from one of them; give one")
+    if acceptance_from is not None and acceptance is not None:
+        raise OptionError("--acceptance-from and --acceptance: the acceptance comes from one of them; give one")
+    if lengths_from is None and tokenizer is not None:
+        raise OptionError("--tokenizer: only with --lengths-from a prompt file or request log")
+    for path, option in ((lengths_from, "--lengths-from"), (acceptance_from, "--acceptance-from")):
+        if path is not None and not path.exists():
+            raise OptionError(f"{option} {path}: not found")
+    taken = Taken()
+    if lengths_from is not None:
+        local_target = Path(target) if Path(target).is_dir() and (Path(target) / "tokenizer.json").is_file() else None
+        taken = read_lengths(lengths_from, tokenizer=tokenizer_option(tokenizer) or local_target, output_len=output_len)
+    if acceptance_from is not None:
+        got = read_acceptance(acceptance_from, method.value if method else None)
+        taken = Taken(lengths=taken.lengths, acceptance=got.acceptance, notes=[*taken.notes, *got.notes])
+    return taken
+
+
 @sim_app.command("run", epilog=EXIT_CODES_EPILOG)
 def run(
     target: Annotated[str, typer.Option(help="Target model: a catalog name (llama-3.1-8b, qwen3-8b, ...) or a local HF dir.")],
@@ -101,7 +124,22 @@ def run(
     rate: Annotated[list[float], typer.Option("--rate", help="Request rate in req/s (repeatable: one point per rate).")],
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size of the target (default 1).")] = None,
     prompt_len: Annotated[int | None, typer.Option(help="Prompt tokens of every request (default 512).")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Output tokens of every request (default 256).")] = None,
+    output_len: Annotated[
+        int | None, typer.Option(help="Output tokens of every request (default 256); with a prompt file, its outputs.")
+    ] = None,
+    lengths_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Prompt and output lengths drawn from: a 'bench' run directory, an 'assess --json' report (its "
+            "Gate 1 profile), an 'assess --requests-out' file, or a request log or prompt file (with --tokenizer)."
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --lengths-from a prompt file or log: the tokenizer counting its prompts (default: --target's dir)."
+        ),
+    ] = None,
     method: Annotated[
         SimMethodOption | None, typer.Option(help="The speculative arm's method; without it only the baseline runs.")
     ] = None,
@@ -114,11 +152,20 @@ def run(
             "default: assumed 0.7^i, with a warning."
         ),
     ] = None,
+    acceptance_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Per-position acceptance from a 'bench' run directory (the server's spec-decode counters) or an "
+            "'assess --json' report (its replay of --method ngram or suffix)."
+        ),
+    ] = None,
     duration: Annotated[float | None, typer.Option(help="Simulated seconds of arrivals per rate (default 300).")] = None,
     warmup: Annotated[float | None, typer.Option(help="Simulated seconds excluded at the start (default: a tenth).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seeds arrivals, lengths and acceptance draws (default 0).")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default 256).")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's max_num_batched_tokens (default 8192).")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default: vLLM's for the --gpu).")] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="vLLM's max_num_batched_tokens (default: vLLM's for the --gpu).")
+    ] = None,
     block_size: Annotated[int | None, typer.Option(help="KV block size in tokens (default 16).")] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(help="vLLM's gpu_memory_utilization (default 0.9).")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Default: the target's max_position_embeddings.")] = None,
@@ -144,6 +191,7 @@ def run(
 ) -> None:
     """Simulate the baseline and one speculative setting at each --rate: latencies, throughput, the crossover rate,
     the best k per batch-size band. Every figure is a prediction of specguard's engine model, not a measurement."""
+    from specguard.sim.acceptance import parse_acceptance
     from specguard.sim.render import render_table
     from specguard.sim.run import SimRequest, run_sim
     from specguard.sim.workload import Arrivals
@@ -169,6 +217,13 @@ def run(
 
         fitted = load_profile(profile)
     rates_given = parse_acceptance(acceptance)
+    taken = _from_files(target, lengths_from, tokenizer, prompt_len, output_len, acceptance_from, acceptance, method)
+    rates_taken = taken.acceptance
+    if rates_taken is not None and num_speculative_tokens is not None and num_speculative_tokens < rates_taken.k:
+        taken.notes.append(
+            f"--num-speculative-tokens {num_speculative_tokens}: the first {num_speculative_tokens} of the "
+            f"{rates_taken.k} positions measured in {acceptance_from} are simulated"
+        )
     arrivals = options(
         Arrivals,
         given(kind=arrival.value if arrival else None, burstiness=burstiness),
@@ -181,13 +236,14 @@ def run(
             gpu=gpu,
             tensor_parallel_size=tp,
             rates=rate,
-            prompt_len=prompt_len,
-            output_len=output_len,
+            prompt_len=prompt_len if taken.lengths is None else None,
+            output_len=output_len if taken.lengths is None else None,
+            lengths=taken.lengths,
             method=method.value if method else None,
             draft=draft,
             num_speculative_tokens=num_speculative_tokens,
-            acceptance=rates_given,
-            acceptance_source="--acceptance" if rates_given else None,
+            acceptance=rates_taken.per_position if rates_taken else rates_given,
+            acceptance_source=rates_taken.source if rates_taken else "--acceptance" if rates_given else None,
             arrivals=arrivals,
             duration_s=duration,
             warmup_s=warmup,
@@ -210,6 +266,7 @@ def run(
         _catalog("--draft", request.draft)
     # run_sim checks the rest (--tp against the heads, the KV pool, --warmup against --duration) before its first step
     report = run_sim(request)
+    report.warnings.extend(taken.notes)
     if html is not None:
         from specguard.sim.html import write_sim_html
 

@@ -164,3 +164,117 @@ def test_a_broken_profile_is_refused_naming_the_file_and_key(cli: Cli, tmp_path:
     r = cli.invoke([*BASE, "--rate", "2", "--profile", str(bad)])
     assert r.exit_code == USAGE and str(bad) in r.output and "fixed_s" in r.output
     assert "Traceback" not in r.output
+
+
+# --- lengths and acceptance from files, vLLM's per-GPU scheduler defaults -------------------------------------
+
+PLAIN = ["sim", "run", "--target", "llama-3.1-8b", "--gpu", "h100-80gb", "--duration", "30", "--rate", "4"]
+
+
+@pytest.fixture(scope="module")
+def spec_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.unit.sim.synthetic_runs import write_run
+
+    return write_run(tmp_path_factory.mktemp("sim-inputs") / "run", k=3, requests=40, seed=5, per_position_counters=True)
+
+
+def test_lengths_and_acceptance_from_a_bench_run(cli: Cli, spec_run: Path) -> None:
+    from specguard.sim.from_run import run_workload
+
+    r = cli.invoke([*PLAIN, "--method", "ngram", "--lengths-from", spec_run, "--acceptance-from", spec_run, "--json"])
+    assert r.exit_code == 0, r.output
+    setup = json.loads(r.stdout)["setup"]
+    work = run_workload(spec_run)
+    assert f"40 requests of bench run {spec_run}" in setup["workload"]
+    assert work.acceptance is not None and setup["acceptance"] == pytest.approx(work.acceptance)
+    assert setup["num_speculative_tokens"] == 3 and setup["acceptance_source"].startswith(f"bench run {spec_run}")
+
+
+def test_k_against_the_measured_positions_is_reported(cli: Cli, spec_run: Path) -> None:
+    more = cli.invoke([*PLAIN, "--method", "ngram", "--acceptance-from", spec_run, "--num-speculative-tokens", "5", "--json"])
+    assert more.exit_code == 0, more.output
+    doc = json.loads(more.stdout)
+    beyond = [w for w in doc["warnings"] if "--num-speculative-tokens 5 is beyond the 3 positions" in w]
+    assert beyond and "positions 4-5 are extrapolated" in beyond[0]
+    fewer = cli.invoke([*PLAIN, "--method", "ngram", "--acceptance-from", spec_run, "--num-speculative-tokens", "2"])
+    assert fewer.exit_code == 0, fewer.output
+    assert "the first 2 of the 3 positions measured in" in fewer.stdout
+
+
+FROM_FILES_BAD = [
+    (["--lengths-from", "RUN", "--prompt-len", "100"], "--lengths-from and --prompt-len"),
+    (["--lengths-from", "RUN", "--output-len", "100"], "--lengths-from and --output-len"),
+    (["--method", "ngram", "--acceptance-from", "RUN", "--acceptance", "0.5"], "--acceptance-from and --acceptance"),
+    (["--acceptance-from", "RUN"], "--acceptance-from needs --method"),
+    (["--lengths-from", "missing-dir"], "--lengths-from missing-dir: not found"),
+    (["--tokenizer", "tok"], "--tokenizer: only with --lengths-from"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), FROM_FILES_BAD, ids=[case_id(c) for c in FROM_FILES_BAD])
+def test_file_options_and_the_options_they_exclude_exit_2(cli: Cli, spec_run: Path, args: list[str], fragment: str) -> None:
+    cli.fails([*PLAIN, *[str(spec_run) if a == "RUN" else a for a in args]], USAGE, fragment)
+
+
+def test_a_prompt_file_needs_output_len_and_takes_it(cli: Cli, tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["[UNK]", "red", "green", "blue"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": " ".join(words[1:] * n)}) + "\n" for n in (1, 2)))
+    cli.fails([*PLAIN, "--lengths-from", prompts, "--tokenizer", tmp_path / "tok"], USAGE, "give --output-len L")
+    r = cli.invoke([*PLAIN, "--lengths-from", str(prompts), "--tokenizer", str(tmp_path / "tok"), "--output-len", "64", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "prompt lengths of the 2 lines" in json.loads(r.stdout)["setup"]["workload"]
+
+
+@pytest.mark.parametrize("gpu", ["h100-80gb", "l40s"])
+def test_unset_scheduler_limits_are_vllms_defaults_for_the_gpu(cli: Cli, gpu: str) -> None:
+    from specguard.vllm.knowledge import default_scheduler_limits
+
+    args = ["sim", "run", "--target", "llama-3.1-8b", "--gpu", gpu, "--duration", "20", "--rate", "2"]
+    setup = json.loads(cli.invoke([*args, "--json"]).stdout)["setup"]
+    assert (setup["max_num_seqs"], setup["max_num_batched_tokens"]) == default_scheduler_limits(gpu)
+    assert setup["scheduler_defaults"] == f"max_num_seqs and max_num_batched_tokens: vLLM's default on {gpu}"
+    given = json.loads(cli.invoke([*args, "--max-num-seqs", "64", "--json"]).stdout)["setup"]
+    assert given["max_num_seqs"] == 64 and given["max_num_batched_tokens"] == default_scheduler_limits(gpu)[1]
+    assert given["scheduler_defaults"] == f"max_num_batched_tokens: vLLM's default on {gpu}"
+    table = cli.invoke(args).stdout
+    seqs, tokens = default_scheduler_limits(gpu)
+    assert f"max_num_seqs {seqs}, max_num_batched_tokens {tokens}" in table
+
+
+def test_an_unknown_gpu_is_not_told_of_an_option_sim_lacks(cli: Cli) -> None:
+    r = cli.fails(["sim", "run", "--target", "llama-3.1-8b", "--gpu", "h900", "--rate", "2"], USAGE, "--gpu h900: unknown GPU")
+    assert "--gpu-memory-gib" not in r.stderr
+
+
+def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
+    """Each ``specguard sim run`` line of the README, in a directory holding what it names (shortened to 20 s)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from specguard.workload.assess import assess
+    from tests.integration.test_readme import readme_commands
+    from tests.unit.sim.synthetic_runs import write_run
+    from tests.unit.workload.test_workload import IdTokenizer
+
+    lines = [c for c in readme_commands() if c[:3] == ["specguard", "sim", "run"]]
+    assert len(lines) >= 4
+    write_run(Path("runs/ngram-steady"), k=3, requests=40, seed=6, per_position_counters=True)
+    log = Path("log.jsonl")
+    entry = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "sampling": {"temperature": 0}}
+    rows = [{**entry, "prompt": "a b c d " * (i + 2), "response": {"text": "a b c d " * (i + 1)}} for i in range(12)]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    Path("assess.json").write_text(assess(log, IdTokenizer(), "ids", sweep=False, suffix=False).model_dump_json())
+    Path("prompts.jsonl").write_text("".join(json.dumps({"prompt": "red green " * n}) + "\n" for n in (1, 3)))
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "red": 1, "green": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    Path("tokenizer").mkdir()
+    tok.save("tokenizer/tokenizer.json")
+    for line in lines:
+        r = cli.invoke([*line[1:], "--duration", "20"])
+        assert r.exit_code == 0, (line, r.output)

@@ -82,6 +82,8 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
             "units",
             "observability",
             "haproxy-config",
+            "sim",
+            "calibrate",
         )
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)

@@ -76,3 +76,21 @@ class AcceptedSampler:
         out = self.buffer[self.pos : self.pos + n]
         self.pos += n
         return out
+
+
+def parse_acceptance(text: str | None, option: str = "--acceptance") -> list[float] | None:
+    """``0.8,0.6,0.4`` -> per-position rates, held to ``AcceptanceRates``'s rules ([0, 1], non-increasing).
+
+    The one parser of ``sim run`` and ``sim serve``: a bad value is an ``OptionError`` naming ``option``.
+    """
+    from specguard.errors import OptionError
+    from specguard.validation import options
+
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError as exc:
+        raise OptionError(f"{option} {text!r}: expected comma-separated numbers in [0, 1], such as 0.8,0.6,0.4") from exc
+    return options(AcceptanceRates, {"per_position": values}, {"per_position": option}).per_position

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from specguard.errors import OutputExistsError, OutputWriteError
 from specguard.report.html import COLORS, chart_div, render_page
 from specguard.report.numbers import fmt, fmt_ratio
-from specguard.sim.render import LATENCY_ROWS, band_line, crossover_line, prediction_note, setup_line
+from specguard.sim.render import band_line, crossover_line, metric_rows, prediction_note, setup_line
 from specguard.sim.results import ArmMetrics, SimReport
 
 __all__ = ["CHART_IDS", "render_sim_html", "write_sim_html"]
@@ -129,34 +129,7 @@ def k_bands(r: SimReport) -> str:
 
 
 def _rate_rows(r: SimReport) -> list[list[str]]:
-    rows: list[list[str]] = []
-    for p in r.rates:
-        b, s = p.baseline, p.speculative
-        for label, key in LATENCY_ROWS:
-            bp, sp = getattr(b, key), getattr(s, key) if s else None
-            rows.append(
-                [
-                    f"{p.rate:g}",
-                    label,
-                    fmt(bp.p50),
-                    fmt(bp.p99),
-                    fmt(sp.p50) if sp else "-",
-                    fmt(sp.p99) if sp else "-",
-                    fmt_ratio(p.speedup.get(key)),
-                ]
-            )
-        rows.append(
-            [
-                f"{p.rate:g}",
-                "throughput (tok/s)",
-                fmt(b.throughput_tokens_per_s, 1),
-                "",
-                fmt(s.throughput_tokens_per_s, 1) if s else "-",
-                "",
-                fmt_ratio(p.speedup.get("throughput_tokens_per_s")),
-            ]
-        )
-    return rows
+    return [[f"{p.rate:g}", *row] for p in r.rates for row in metric_rows(p)]
 
 
 def render_sim_html(report: SimReport) -> str:

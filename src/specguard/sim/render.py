@@ -16,12 +16,13 @@ from rich.table import Table
 
 from specguard.report.numbers import fmt, fmt_ratio
 from specguard.sim.calibrate import CalibrationReport
-from specguard.sim.results import ArmMetrics, KBand, SimReport
+from specguard.sim.results import ArmMetrics, KBand, RatePoint, SimReport
 
 __all__ = [
     "LATENCY_ROWS",
     "band_line",
     "crossover_line",
+    "metric_rows",
     "prediction_note",
     "render_calibration",
     "render_table",
@@ -52,6 +53,8 @@ def setup_line(r: SimReport) -> str:
         f"{s.duration_s:g} s per rate ({s.warmup_s:g} s warm-up), seed {s.seed}; step model: {s.step_model}; "
         f"KV blocks {s.num_kv_blocks_baseline} baseline"
         + (f", {s.num_kv_blocks_speculative} speculative" if s.num_kv_blocks_speculative is not None else "")
+        + f"; max_num_seqs {s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}"
+        + (f" ({s.scheduler_defaults})" if s.scheduler_defaults else "")
     )
 
 
@@ -83,6 +86,27 @@ def _state(a: ArmMetrics | None) -> str:
     return SATURATED if a.saturated else "keeps up"
 
 
+def metric_rows(p: RatePoint) -> list[list[str]]:
+    """One rate's latency rows and throughput row: metric, baseline p50/p99, speculative p50/p99, speed-up.
+    The terminal table and the HTML page (sim/html.py) both show these cells."""
+    b, s = p.baseline, p.speculative
+    rows = [
+        [label, _arm(b, key, "p50"), _arm(b, key, "p99"), _arm(s, key, "p50"), _arm(s, key, "p99"), fmt_ratio(p.speedup.get(key))]
+        for label, key in LATENCY_ROWS
+    ]
+    rows.append(
+        [
+            "throughput (tok/s)",
+            fmt(b.throughput_tokens_per_s, 1),
+            "",
+            fmt(s.throughput_tokens_per_s, 1) if s else "-",
+            "",
+            fmt_ratio(p.speedup.get("throughput_tokens_per_s")),
+        ]
+    )
+    return rows
+
+
 def rate_table(r: SimReport) -> Table:
     t = Table(show_lines=False)
     for name, justify in (
@@ -99,27 +123,8 @@ def rate_table(r: SimReport) -> Table:
         if i:
             t.add_section()
         b, s = p.baseline, p.speculative
-        first = True
-        for label, key in LATENCY_ROWS:
-            t.add_row(
-                f"{p.rate:g}" if first else "",
-                label,
-                _arm(b, key, "p50"),
-                _arm(b, key, "p99"),
-                _arm(s, key, "p50"),
-                _arm(s, key, "p99"),
-                fmt_ratio(p.speedup.get(key)),
-            )
-            first = False
-        t.add_row(
-            "",
-            "throughput (tok/s)",
-            fmt(b.throughput_tokens_per_s, 1),
-            "",
-            fmt(s.throughput_tokens_per_s, 1) if s else "-",
-            "",
-            fmt_ratio(p.speedup.get("throughput_tokens_per_s")),
-        )
+        for j, row in enumerate(metric_rows(p)):
+            t.add_row(f"{p.rate:g}" if j == 0 else "", *row)
         t.add_row("", "engine", _state(b), "", _state(s), "", "")
         t.add_row("", "mean batch (requests)", fmt(b.mean_batch, 1), "", fmt(s.mean_batch, 1) if s else "-", "", "")
         if s is not None:

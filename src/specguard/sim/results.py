@@ -72,6 +72,9 @@ class SimSetup(BaseModel):
     warmup_s: float
     max_num_seqs: int
     max_num_batched_tokens: int
+    scheduler_defaults: str | None = Field(
+        default=None, description="which of the two limits are vLLM's per-GPU defaults (not given); null: both given"
+    )
     num_kv_blocks_baseline: int
     num_kv_blocks_speculative: int | None
     block_size: int

@@ -64,8 +64,8 @@ class SimRequest(BaseModel):
     arrivals: Arrivals = Arrivals()
     duration_s: float = Field(default=300.0, gt=0)
     warmup_s: float | None = Field(default=None, ge=0, description="default: a tenth of the duration")
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, description="None: vLLM's default for the GPU")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, description="None: vLLM's default for the GPU")
     block_size: int = Field(default=16, ge=1)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_model_len: int | None = Field(default=None, ge=1)
@@ -240,17 +240,16 @@ class BuiltArms:
     rates: AcceptanceRates | None
     speculation: Speculation | None
     warnings: list[str]
+    max_num_seqs: int
+    max_num_batched_tokens: int
 
     def engine_config(self, req: SimRequest, speculative: bool) -> EngineConfig:
         """One arm's engine: the baseline, or (``speculative``) the one with the speculation and its smaller pool."""
         config: dict[str, object] = dict(
-            block_size=req.block_size, max_num_seqs=req.max_num_seqs, max_num_batched_tokens=req.max_num_batched_tokens
+            block_size=req.block_size, max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens
         )
         if req.engine == "v0":
-            # V0 without chunked prefill: a whole prompt per step, so its budget default was max(max_model_len, 2048)
-            max_len = req.max_model_len or self.target.max_position_embeddings
-            config.update(chunked_prefill=False, prefill_first=True, max_num_batched_tokens=max(max_len, 2048))
-            config.update(batch_expansion=speculative)
+            config.update(chunked_prefill=False, prefill_first=True, batch_expansion=speculative)
         if not speculative:
             return EngineConfig(num_kv_blocks=self.blocks_base, **config)  # type: ignore[arg-type]
         if self.speculation is None or self.blocks_spec is None:
@@ -261,7 +260,7 @@ class BuiltArms:
 def build_arms(req: SimRequest) -> BuiltArms:
     """Resolve the catalogs and build the step-time model, KV pools and speculation that both arms share."""
     target = resolve_model(req.target)
-    gpu = resolve_gpu(req.gpu, None)
+    gpu = resolve_gpu(req.gpu, None)  # no custom GPU: the step model needs a catalog GPU's bandwidth and FLOP/s
     assert gpu is not None
     check_tensor_parallel(target, req.tensor_parallel_size, "--tp")
     # a draft model is sized from the catalogs; an EAGLE/MTP head's name only goes into the emitted config
@@ -270,13 +269,18 @@ def build_arms(req: SimRequest) -> BuiltArms:
     blocks_base, blocks_spec = _kv_blocks(req, target, draft, gpu)
     rates = _rates_for(req)
     warnings: list[str] = []
+    k = req.num_speculative_tokens or 0
     if rates is not None and rates.source.startswith("assumed"):
         warnings.append(
-            f"acceptance assumed: a_i = {ASSUMED_CONDITIONAL_ACCEPTANCE}^i; give --acceptance from your own 'bench' run's "
-            "acceptance.per_position or an 'assess' report for a prediction worth acting on"
+            f"acceptance assumed: a_i = {ASSUMED_CONDITIONAL_ACCEPTANCE}^i; give --acceptance-from your own 'bench' run "
+            "or an 'assess' report for a prediction worth acting on"
+        )
+    elif rates is not None and k > rates.k:
+        warnings.append(
+            f"--num-speculative-tokens {k} is beyond the {rates.k} positions of the acceptance ({rates.source}): "
+            f"positions {rates.k + 1}-{k} are extrapolated at the last position's conditional rate"
         )
     speculation = None
-    k = req.num_speculative_tokens or 0
     if req.method is not None and rates is not None:
         speculation = Speculation(
             method=req.method,
@@ -285,13 +289,38 @@ def build_arms(req: SimRequest) -> BuiltArms:
             lookahead=K.lookahead_slots(req.method, k),
             proposer=_proposer(req, target, draft, gpu, step),
         )
-    return BuiltArms(target, gpu, draft, step, step_desc, blocks_base, blocks_spec, rates, speculation, warnings)
+    # unset limits are vLLM's own per-GPU defaults, as a server launched without them would run
+    seqs, tokens = K.default_scheduler_limits(gpu.name)
+    if req.engine == "v0":
+        # V0 (0.6.x) defaulted to 256 sequences everywhere and, without chunked prefill, to a budget that holds a
+        # whole prompt: max(max_model_len, 2048)
+        seqs, tokens = 256, max(req.max_model_len or target.max_position_embeddings, 2048)
+    return BuiltArms(
+        target,
+        gpu,
+        draft,
+        step,
+        step_desc,
+        blocks_base,
+        blocks_spec,
+        rates,
+        speculation,
+        warnings,
+        max_num_seqs=req.max_num_seqs or seqs,
+        max_num_batched_tokens=req.max_num_batched_tokens or tokens,
+    )
 
 
 def build_arm(req: SimRequest, speculative: bool) -> tuple[EngineConfig, StepTime]:
     """One arm's engine configuration and step-time model, as ``run_sim`` simulates it (``sim serve`` runs one)."""
     arms = build_arms(req)
     return arms.engine_config(req, speculative), arms.step
+
+
+def _defaults_note(req: SimRequest, gpu: GpuEntry) -> str | None:
+    unset = [name for name in ("max_num_seqs", "max_num_batched_tokens") if getattr(req, name) is None]
+    where = "V0's default" if req.engine == "v0" else f"vLLM's default on {gpu.name}"
+    return f"{' and '.join(unset)}: {where}" if unset else None
 
 
 def run_sim(req: SimRequest) -> SimReport:
@@ -344,8 +373,9 @@ def run_sim(req: SimRequest) -> SimReport:
             arrivals=req.arrivals.kind if req.arrivals.kind != "gamma" else f"gamma (shape {req.arrivals.burstiness:g})",
             duration_s=req.duration_s,
             warmup_s=warmup,
-            max_num_seqs=req.max_num_seqs,
-            max_num_batched_tokens=req.max_num_batched_tokens,
+            max_num_seqs=arms.max_num_seqs,
+            max_num_batched_tokens=arms.max_num_batched_tokens,
+            scheduler_defaults=_defaults_note(req, gpu),
             num_kv_blocks_baseline=blocks_base,
             num_kv_blocks_speculative=blocks_spec,
             block_size=req.block_size,
@@ -359,16 +389,22 @@ def run_sim(req: SimRequest) -> SimReport:
         definitions=SIM_DEFINITIONS,
     )
     if speculation is not None and rates is not None:
-        _add_k_schedule(report, req, step, speculation, rates, lengths)
+        _add_k_schedule(report, req, step, speculation, rates, lengths, arms.max_num_seqs)
     return report
 
 
 def _add_k_schedule(
-    report: SimReport, req: SimRequest, step: StepTime, spec: Speculation, rates: AcceptanceRates, lengths: Lengths
+    report: SimReport,
+    req: SimRequest,
+    step: StepTime,
+    spec: Speculation,
+    rates: AcceptanceRates,
+    lengths: Lengths,
+    max_num_seqs: int,
 ) -> None:
     k = req.num_speculative_tokens or 1
     context = int(lengths.mean_prompt + lengths.mean_output / 2)
-    bands = best_k_bands(step, spec.proposer, rates, k, req.max_num_seqs, context)
+    bands = best_k_bands(step, spec.proposer, rates, k, max_num_seqs, context)
     report.k_schedule = bands
     schedule = [(b.start, b.end, b.k) for b in bands]
     version = req.vllm_version or K.version_text(K.LATEST_KNOWN)

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from specguard.errors import OptionError
-from specguard.sim.acceptance import AcceptanceRates
+from specguard.sim.acceptance import parse_acceptance
 from specguard.sim.run import SimRequest
 from specguard.validation import finite, given, options
 
@@ -27,16 +27,6 @@ SERVE_OPTIONS = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "seed": "--seed",
 }
-
-
-def parse_acceptance(text: str | None) -> list[float] | None:
-    """``0.8,0.6,0.4`` -> [0.8, 0.6, 0.4]: vLLM's per-position acceptance (``acceptance.per_position`` of a run)."""
-    if text is None:
-        return None
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise OptionError(f"--acceptance {text}: expected comma-separated rates such as 0.8,0.6,0.4") from None
 
 
 def serve_request(
@@ -63,11 +53,7 @@ def serve_request(
         max_num_batched_tokens=max_num_batched_tokens,
         seed=seed,
     )
-    req = options(SimRequest, {**values, "rates": [1.0]}, SERVE_OPTIONS)
-    if req.acceptance:
-        # SimRequest takes any list; the rates' own rules (in [0, 1], non-increasing) are AcceptanceRates'
-        options(AcceptanceRates, {"per_position": req.acceptance}, {"per_position": "--acceptance"})
-    return req
+    return options(SimRequest, {**values, "rates": [1.0]}, SERVE_OPTIONS)
 
 
 def register_serve(sim_app: typer.Typer) -> None:
@@ -84,8 +70,10 @@ def register_serve(sim_app: typer.Typer) -> None:
         acceptance: Annotated[
             str | None, typer.Option(help="Per-position acceptance, e.g. 0.8,0.6,0.4 (default: 0.7^i, assumed).")
         ] = None,
-        max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default 256).")] = None,
-        max_num_batched_tokens: Annotated[int | None, typer.Option(help="vLLM's max_num_batched_tokens (default 8192).")] = None,
+        max_num_seqs: Annotated[int | None, typer.Option(help="vLLM's max_num_seqs (default: vLLM's for the --gpu).")] = None,
+        max_num_batched_tokens: Annotated[
+            int | None, typer.Option(help="vLLM's max_num_batched_tokens (default: vLLM's for the --gpu).")
+        ] = None,
         host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
         served_model_name: Annotated[str, typer.Option(help="The model name clients ask for.")] = "sim",

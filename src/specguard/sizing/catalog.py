@@ -229,14 +229,17 @@ def resolve_model(name_or_dir: str) -> ModelEntry:
     raise CatalogError(f"unknown model '{name_or_dir}': give a local Hugging Face directory or one of " + ", ".join(MODELS))
 
 
-def resolve_gpu(name: str | None, memory_gib: float | None) -> GpuEntry | None:
+def resolve_gpu(name: str | None, memory_gib: float | None, *, custom_hint: str | None = None) -> GpuEntry | None:
+    """A catalog GPU, or a custom one of ``memory_gib``; ``custom_hint`` tells an unknown name how the caller
+    takes a GPU outside the catalog (each command has its own option for that, or none)."""
     if memory_gib is not None:
         return GpuEntry(name=name or f"custom-{memory_gib:g}gib", memory_bytes=int(memory_gib * GIB))
     if name is None:
         return None
     if name.lower() in GPUS:
         return GPUS[name.lower()]
-    raise CatalogError(f"unknown GPU '{name}': use --gpu-memory-gib for a custom size, or one of " + ", ".join(GPUS))
+    hint = f"{custom_hint}, or " if custom_hint else ""
+    raise CatalogError(f"unknown GPU '{name}': {hint}one of " + ", ".join(GPUS))
 
 
 def check_tensor_parallel(model: ModelEntry, tp: int, option: str) -> None:

@@ -220,9 +220,12 @@ def _evidence(path: Path | None) -> Gate1Evidence | None:
         raise SizingError(f"--gate1 {path}: cannot read a Gate 1 JSON report ({exc})") from exc
 
 
+GPU_HINT = "use --gpu-memory-gib for a custom size"
+
+
 def _check_names(req: PlanRequest) -> None:
     """The GPU and dtype names, refused before anything is resolved or any server is asked."""
-    resolve_gpu(req.gpu, req.gpu_memory_gib)
+    resolve_gpu(req.gpu, req.gpu_memory_gib, custom_hint=GPU_HINT)
     try:
         if req.dtype is not None:
             weight_bits(req.dtype)
@@ -274,7 +277,7 @@ def build_plan(req: PlanRequest, api_key: str | None = None) -> PlanReport:
     if method == "suffix":
         notes.append("suffix decoding keeps its trees in host memory, not the KV cache")
     server = _server(req, api_key)
-    gpu = resolve_gpu(req.gpu, req.gpu_memory_gib)
+    gpu = resolve_gpu(req.gpu, req.gpu_memory_gib, custom_hint=GPU_HINT)
     target_summary = _summary(target, dtype, kv_bytes)
     inputs = MemoryInputs(
         target_shape=target.shape,

@@ -457,3 +457,20 @@ def internal_fields_overwritten(v: Version) -> bool:
 
 def default_gpu_memory_utilization(v: Version) -> float:
     return 0.92 if v >= (0, 20, 0) else 0.9
+
+
+# The scheduler limits vLLM picks when --max-num-seqs / --max-num-batched-tokens are not given, for the OpenAI
+# server, by GPU (vLLM 0.32, vllm/engine/arg_utils.py, EngineArgs._set_default_args: default_max_num_seqs and
+# default_max_num_batched_tokens per device). Keyed by specguard's GPU catalog names (sizing/catalog.py GPUS);
+# a GPU not listed gets the "other" pair.
+SCHEDULER_DEFAULTS: dict[str, tuple[int, int]] = {
+    "h100-80gb": (1024, 8192),
+    "h200-141gb": (1024, 8192),
+    "b200": (1024, 16384),
+}
+SCHEDULER_DEFAULTS_OTHER: tuple[int, int] = (256, 2048)
+
+
+def default_scheduler_limits(gpu: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that vLLM sets by default on this GPU (a catalog name)."""
+    return SCHEDULER_DEFAULTS.get(gpu.lower(), SCHEDULER_DEFAULTS_OTHER)

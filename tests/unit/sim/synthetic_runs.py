@@ -34,9 +34,11 @@ def write_run(
     seed: int = 0,
     fail_all: bool = False,
     output_range: tuple[int, int] = (20, 120),
+    per_position_counters: bool = False,
 ) -> Path:
     rng = np.random.default_rng(seed)
-    spec = Speculation("ngram", KSchedule(k), [0.7, 0.5, 0.35, 0.25, 0.15][:k], 0, ProposerCost("none")) if k else None
+    rates = [0.7, 0.5, 0.35, 0.25, 0.15][:k]
+    spec = Speculation("ngram", KSchedule(k), rates, 0, ProposerCost("none")) if k else None
     engine = SimEngine(EngineConfig(num_kv_blocks=20000, speculation=spec), profile, rng)
     arrivals = np.cumsum(rng.exponential(1 / rate, requests))
     prompts = rng.integers(50, 1000, requests)
@@ -117,8 +119,13 @@ def write_run(
         )
     JsonlAppender(writer.requests_path).append_many(records)
     names = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens")
-    for phase, t, values in (("before", 0.0, (0, 0, 0)), ("after", now, (drafts, draft_tokens, accepted))):
+    # with per_position_counters: vllm:spec_decode_num_accepted_tokens_per_pos at the expected counts of the rates drawn
+    after_pos = [float(round(drafts * a)) for a in rates] if per_position_counters else []
+    for phase, t, values, pos in (
+        ("before", 0.0, (0, 0, 0), [0.0] * len(after_pos)),
+        ("after", now, (drafts, draft_tokens, accepted), after_pos),
+    ):
         counters = {n: float(v) for n, v in zip(names, values, strict=True)} if k else {}
-        writer.metrics.append(MetricsSample(t_s=t, phase=phase, ok=True, counters=counters))
+        writer.metrics.append(MetricsSample(t_s=t, phase=phase, ok=True, counters=counters, accepted_per_position=pos))
     writer.close()
     return out

@@ -84,4 +84,3 @@ def test_engine_v0_adds_the_published_cpu_costs_and_v0s_scheduler() -> None:
     draft0, draft1 = spec0.speculation.proposer.draft_step, arms1.speculation.proposer.draft_step
     assert isinstance(draft0, Roofline) and isinstance(draft1, Roofline)
     assert draft0(load) - draft1(load) == pytest.approx(V0_COSTS.draft_pass_s - DRAFT_PASS_OVERHEAD_S)
-

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from specguard.cli_exit import SpecguardGroup
 from specguard.errors import OptionError
+from specguard.sim.acceptance import parse_acceptance
 from specguard.sim.serve import prompt_tokens
-from specguard.sim.serve_cli import parse_acceptance, register_serve, serve_request
+from specguard.sim.serve_cli import register_serve, serve_request
 
 
 def _app() -> typer.Typer:
