@@ -50,6 +50,7 @@ SIM_OPTIONS = {
     "crossover_metric": "--crossover-metric",
     "vllm_version": "--vllm-version",
     "seed": "--seed",
+    "engine": "--engine",
 }
 
 
@@ -62,6 +63,11 @@ class SimMethodOption(StrEnum):
     eagle = "eagle"
     eagle3 = "eagle3"
     mtp = "mtp"
+
+
+class SimEngineOption(StrEnum):
+    v1 = "v1"
+    v0 = "v0"
 
 
 class SimArrival(StrEnum):
@@ -185,6 +191,13 @@ def run(
     profile: Annotated[
         Path | None, typer.Option(help="A calibrated step-time profile ('specguard sim calibrate') instead of the roofline.")
     ] = None,
+    engine: Annotated[
+        SimEngineOption | None,
+        typer.Option(
+            help="v1 (default): today's vLLM engine. v0: vLLM before 0.8 (no chunked prefill, batch-expansion scoring, "
+            "V0's published CPU costs), to compare with V0-era measurements; not with --profile."
+        ),
+    ] = None,
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report to this file.")] = None,
     force: Annotated[bool, typer.Option(help="With --html: replace a file that exists.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of the table.")] = False,
@@ -255,6 +268,7 @@ def run(
             crossover_metric=crossover_metric,
             vllm_version=vllm_version,
             seed=seed,
+            engine=engine.value if engine else None,
             profile=fitted.profile if fitted else None,
             profile_source=f"{profile}, fitted to {', '.join(fitted.source_runs)}" if fitted else None,
         ),

@@ -427,13 +427,13 @@ class SimEngine:
         n_dec = int(dec_sched.sum())
         context = int((ctx + alloc)[scheduled].sum())
         pairs = float((alloc * (ctx + (alloc + 1) // 2)).sum())
-        seqs = int(scheduled.sum())
+        expanded_seqs = 0
         if cfg.batch_expansion and k:
             # each drafted request scores as 1 + its drafts sequences, each attending to its whole context
             expanded = np.where(dec_sched, alloc - 1, 0)
             context += int((expanded * (ctx + 1))[dec_sched].sum())
-            seqs += int(expanded.sum())
-        load = StepLoad(seqs, int(alloc.sum()), context, pairs)
+            expanded_seqs = int(expanded.sum())
+        load = StepLoad(int(scheduled.sum()), int(alloc.sum()), context, pairs, expanded_seqs)
         if load.batched_tokens == 0:
             rid = self.waiting[0]
             raise SimulationError(

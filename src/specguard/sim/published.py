@@ -165,7 +165,8 @@ PUBLISHED_SERIES = (*BLOG_SERIES, *SDB_SERIES)
 OPEN_LOOP_DURATION_S = 600.0
 FIT_DURATION_S = 300.0
 FIT_ROUNDS = 12
-REQUESTS_PER_SLOT = 3  # closed loop: each of the batch's slots runs this many requests
+REQUESTS_PER_SLOT = 3  # closed loop: each of the batch's slots runs this many requests,
+MIN_REQUESTS = 32  # and at least this many in all, so that a small batch's acceptance draws average out
 
 
 def _request(s: PublishedSeries, acceptance: list[float], rates: list[float], duration_s: float) -> SimRequest:
@@ -198,7 +199,7 @@ def _batch_ratio(s: PublishedSeries, acceptance: list[float], batch: int) -> flo
     spec_cfg = dataclasses.replace(
         spec_cfg, speculation=dataclasses.replace(spec_cfg.speculation, draft_fraction=s.draft_fraction)
     )
-    n = REQUESTS_PER_SLOT * batch
+    n = max(REQUESTS_PER_SLOT * batch, MIN_REQUESTS)
     arrivals = np.zeros(n)
     prompts, outputs = np.full(n, s.prompt_len, np.int64), np.full(n, s.output_len, np.int64)
     base = simulate_arm(base_cfg, arms.step, arrivals, prompts, outputs, 0.0, concurrency=batch)

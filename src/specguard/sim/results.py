@@ -79,6 +79,7 @@ class SimSetup(BaseModel):
     num_kv_blocks_speculative: int | None
     block_size: int
     step_model: str
+    engine: str = Field(default="v1", description="the vLLM engine generation modelled (v0: V0's scheduler and CPU costs)")
     seed: int
 
 

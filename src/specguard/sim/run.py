@@ -380,6 +380,7 @@ def run_sim(req: SimRequest) -> SimReport:
             num_kv_blocks_speculative=blocks_spec,
             block_size=req.block_size,
             step_model=step_desc,
+            engine=req.engine,
             seed=req.seed,
         ),
         rates=points,

@@ -40,6 +40,12 @@ class StepLoad:
     batched_tokens: int
     context_tokens: int = 0  # tokens whose KV the step reads or writes: each request's context plus its new tokens
     attention_pairs: float = 0.0  # sum over requests of new tokens x context: attention's query-key products
+    expanded_seqs: int = 0  # V0 batch expansion: the extra sequences its scorer made of the requests' drafts
+
+    @property
+    def scored_seqs(self) -> int:
+        """Sequences the engine prepares inputs for and samples: the requests, plus V0's expanded ones."""
+        return self.seqs + self.expanded_seqs
 
 
 class StepTime(Protocol):
@@ -110,7 +116,7 @@ class Roofline:
             per = load.batched_tokens * c.hidden_size * ACT_BYTES * 2 * (c.tp - 1) / c.tp
             allreduce = 2 * c.layers * (k.allreduce_latency_s + (per / link if link else 0.0))
         return {
-            "fixed": k.fixed_overhead_s + k.per_seq_overhead_s * load.seqs,
+            "fixed": k.fixed_overhead_s + k.per_seq_overhead_s * load.scored_seqs,
             "memory": memory,
             "compute": compute + attention,
             "allreduce": allreduce,
@@ -142,7 +148,7 @@ class Roofline:
         fixed, weights, per_kv, per_tok, per_pair, per_tok_ar, per_seq = self._constants
         memory = weights + per_kv * load.context_tokens
         compute = per_tok * load.batched_tokens + per_pair * load.attention_pairs
-        return fixed + per_seq * load.seqs + (memory if memory > compute else compute) + per_tok_ar * load.batched_tokens
+        return fixed + per_seq * load.scored_seqs + (memory if memory > compute else compute) + per_tok_ar * load.batched_tokens
 
 
 class LinearProfile(BaseModel):

@@ -63,7 +63,8 @@ def test_batch_expansion_scores_each_draft_as_its_own_sequence_over_the_whole_co
         engine.step()  # first decode: 1 + k tokens at a context of 100 (acceptance 0: nothing accepted)
         loads[expand] = step.loads[-1]
     plain, expanded = loads[False], loads[True]
-    assert plain.seqs == 1 and expanded.seqs == 1 + k
+    assert plain.seqs == expanded.seqs == 1  # one request either way (mean batch counts requests)
+    assert plain.scored_seqs == 1 and expanded.scored_seqs == 1 + k
     assert plain.batched_tokens == expanded.batched_tokens == 1 + k
     # every extra sequence reads the request's context and its own token again
     assert expanded.context_tokens - plain.context_tokens == k * (100 + 1)
