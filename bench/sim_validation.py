@@ -25,6 +25,7 @@ from specguard.loadgen.runner import run_async, run_bench
 from specguard.sim.published import PUBLISHED_SERIES, simulate_series
 from specguard.sim.validation import (
     EMBEDDED_LOADS,
+    WARM_UP,
     ServerKind,
     ValidationDoc,
     bench_config,
@@ -60,6 +61,7 @@ def main() -> None:
         done = []
         for server in dict.fromkeys(load.server for load in EMBEDDED_LOADS):
             with embedded_server(runtime, _spec(models, server), f"validation-{server}", runs_dir) as s:
+                run_async(run_bench(bench_config(WARM_UP, s.base_url, SERVED_NAME, runs_dir / f"warm_up-{server}")))
                 for load in (x for x in EMBEDDED_LOADS if x.server == server):
                     out = runs_dir / load.name
                     print(f"{load.name}: {server}, {load.label}", flush=True)

@@ -16,13 +16,15 @@ import pytest
 
 from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.runner import run_async, run_bench
-from specguard.sim.validation import CALIBRATION_LOADS, PREDICTED_LOADS, bench_config, validate_embedded
+from specguard.sim.validation import CALIBRATION_LOADS, PREDICTED_LOADS, WARM_UP, bench_config, validate_embedded
 
 pytestmark = pytest.mark.vllm
 BOUND = 0.35
 
 
 def test_predictions_of_unseen_loads_are_within_the_stated_bound(vllm_servers, tmp_path: Path) -> None:
+    for name, server in vllm_servers.items():  # compiled for every batch shape first (validation.WARM_UP)
+        run_async(run_bench(bench_config(WARM_UP, server.base_url, SERVED_NAME, tmp_path / f"warm_up-{name}")))
     runs = []
     for load in (*CALIBRATION_LOADS, *PREDICTED_LOADS):
         server = vllm_servers[load.server]

@@ -76,6 +76,13 @@ EXTRA_LOADS = (
 EMBEDDED_LOADS = (*CALIBRATION_LOADS, *PREDICTED_LOADS, *EXTRA_LOADS)
 
 
+# A fresh CPU server's first runs are slow while it compiles kernels for new batch shapes: measured here, a
+# baseline at concurrency 1 took 9.2 ms per token as the server's first run and 4.7 ms as its third. A profile
+# calibrated on such runs over-predicted every later run by up to 3x. So each server first serves this run,
+# up to the largest batch measured, and it is not kept.
+WARM_UP = EmbeddedLoad(name="warm_up", server="baseline", kind="concurrency", value=8, role="calibrate")
+
+
 def bench_config(load: EmbeddedLoad, base_url: str, model: str, out: Path) -> BenchConfig:
     """The ``specguard bench`` run of one load, as the validation makes it."""
     if load.kind == "concurrency":
