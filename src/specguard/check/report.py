@@ -33,7 +33,9 @@ from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RunInfo
 from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
+from specguard.sim.marker import is_simulated_version
 from specguard.verdict import decide
+from specguard.verdict.load_range import help_hurt_lines
 
 __all__ = ["VERDICT_SCHEMA", "VerdictFile", "build_report_data", "build_verdict", "load_check", "write_outputs"]
 
@@ -128,8 +130,12 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
+    rate_levels = {t.name for t in plan.levels if t.rate is not None or getattr(t, "load_rps", None) is not None}
+    help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
-        **verdict.model_dump(exclude={"reasons", "warnings"}),
+        **verdict.model_dump(exclude={"reasons", "warnings", "crossover"}),
+        crossover=help_hurt + verdict.crossover,
+        simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
         warnings=warnings,
