@@ -16,9 +16,10 @@ from pathlib import Path
 from specguard.check.launch import Launcher
 from specguard.check.plan import CheckPlan, CheckPlanError, LaunchSpec
 from specguard.errors import OptionError
-from specguard.sim.run import SimRequest
+from specguard.sim.run import SimRequest, build_arms
 from specguard.sim.serve_cli import serve_request
 from specguard.sim.serve_process import SimServeProcess
+from specguard.sizing.catalog import CatalogError
 from specguard.validation import finite
 from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
@@ -98,7 +99,8 @@ def sim_launcher(plan: CheckPlan, log: Callable[[str], None]) -> Launcher:
             raise CheckPlanError(f"arms.{name}.launch.model: {arm.launch.model}: the simulated launcher runs only sim: models")
         try:
             requests[name] = sim_request(arm.launch)
-        except OptionError as exc:
+            build_arms(requests[name][0])  # the catalogs' names and the fit checked here, not in a server's log
+        except (OptionError, CatalogError) as exc:
             raise CheckPlanError(f"arms.{name}.launch: {exc}") from exc
         served = arm.launch.served_model_name or arm.launch.model.removeprefix(SIM_PREFIX)
         spec = arm.launch.model_dump(exclude={"startup_timeout_s", "extra_args"})
