@@ -334,6 +334,7 @@ def check(
     from specguard.check.runner import run_check
     from specguard.embedded.launch import embedded_launcher
     from specguard.loadgen.extras import parse_labels
+    from specguard.sim.launch import sim_launcher, uses_sim
 
     plan = load_plan(plan_path)
     if keep_output:
@@ -354,7 +355,7 @@ def check(
             plan,
             plan_path,
             out,
-            launcher=embedded_launcher,
+            launcher=sim_launcher if uses_sim(plan) else embedded_launcher,  # sim: arms run specguard's simulated server
             resume=resume,
             log=lambda m: err.print(m, highlight=False),
             progress=progress,
