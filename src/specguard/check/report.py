@@ -198,10 +198,13 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
 
 def partial_report(record: CheckRecord, out: Path) -> PartialReport:
     runs = []
+    simulated = False
     for arm in ARMS:
         for run_dir in CheckDir(out).arm_runs(arm):
             summary = load_or_recompute_summary(run_dir)
             runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
+            if (run_dir / RUN_FILE).exists():
+                simulated = simulated or is_simulated_version(read_json(run_dir / RUN_FILE, RunInfo).server_version)
     return PartialReport(
         plan=record.plan.name,
         plan_path=record.plan_path,
@@ -209,6 +212,7 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         missing=missing_runs(record, out),
         runs=runs,
         definitions=dict(METRIC_DEFINITIONS),
+        simulated=simulated,
     )
 
 

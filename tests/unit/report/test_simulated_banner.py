@@ -10,6 +10,7 @@ from specguard.check.report import build_report_data
 from specguard.report.data import ReportData, VerdictFile
 from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
+from specguard.report.partial import PartialReport, render_partial_html, render_partial_markdown
 from specguard.report.verdict_terminal import render_terminal
 from specguard.sim.marker import SIMULATED_BANNER
 from tests.unit.report.test_report import make_check
@@ -51,3 +52,13 @@ def test_a_verdict_file_written_before_the_field_loads_as_not_simulated(finished
     old = finished.verdict.model_dump(mode="json", exclude={"simulated"})
     assert "simulated" not in old
     assert VerdictFile.model_validate(old).simulated is False
+
+
+def test_a_partial_report_of_simulated_runs_says_so_under_its_headline() -> None:
+    data = PartialReport(plan="p", plan_path="p.yaml", out="o", missing=["block candidate rep1"], runs=[], definitions={})
+    sim = data.model_copy(update={"simulated": True})
+    md = render_partial_markdown(sim).splitlines()
+    assert md[0].startswith("# PARTIAL REPORT") and md[2].startswith(f"> **{SIMULATED_BANNER}.**")
+    html = render_partial_html(sim)
+    assert html.index("id='partial'") < html.index("id='simulated'")
+    assert SIMULATED_BANNER not in render_partial_markdown(data) + render_partial_html(data)
