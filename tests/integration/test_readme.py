@@ -227,7 +227,7 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
 def test_readme_simulated_demo_runs_as_written(tmp_path):
     """``specguard demo --simulated`` exactly as the README shows it, in a scratch directory: two simulated servers in
     real time (about two minutes), every page labelled simulated, per-level lines and the crossover line."""
-    from specguard.sim.marker import SIMULATED_BANNER
+    from specguard.sim.marker import SIM_VERSION, SIMULATED_BANNER
 
     cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "demo", "--simulated"])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}  # the servers import this checkout
@@ -246,4 +246,4 @@ def test_readme_simulated_demo_runs_as_written(tmp_path):
     helps = [c for c in verdict["crossover"] if "speculation helps up to QPS" in c]
     assert helps and "hurts from QPS 32" in helps[0], verdict["crossover"]
     assert "speculation helps up to QPS" in r.stdout
-    assert {inv["vllm_version"] for inv in verdict["inventory"].values()} == {"0.32.0+specguard.sim"}
+    assert {inv["vllm_version"] for inv in verdict["inventory"].values()} == {SIM_VERSION}
