@@ -334,6 +334,7 @@ def check(
     from specguard.check.runner import run_check
     from specguard.embedded.launch import embedded_launcher
     from specguard.loadgen.extras import parse_labels
+    from specguard.sim.launch import sim_launcher, uses_sim
 
     plan = load_plan(plan_path)
     if keep_output:
@@ -354,7 +355,7 @@ def check(
             plan,
             plan_path,
             out,
-            launcher=embedded_launcher,
+            launcher=sim_launcher if uses_sim(plan) else embedded_launcher,  # sim: arms run specguard's simulated server
             resume=resume,
             log=lambda m: err.print(m, highlight=False),
             progress=progress,
@@ -392,16 +393,25 @@ def report(
 def demo(
     out: Annotated[Path | None, typer.Option(help="A new directory for the demo (default: runs/demo-TIME).")] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    simulated: Annotated[
+        bool,
+        typer.Option(
+            help="Run against specguard's simulated servers (Llama-3-70B on 4 x H100, baseline vs draft model, QPS 1 "
+            "to past the crossover), not the embedded vLLM; every page is labelled simulated."
+        ),
+    ] = False,
 ) -> None:
     """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict.
 
+    With --simulated, the same job against two simulated servers in real time (a few minutes, no install):
+    where speculation helps and where it hurts, per level and at the crossover.
     Exits 0 when the demo ran to its verdict, whatever the verdict; it prints what 'specguard check' would exit with.
     """
     from specguard.demo import run_demo
 
-    out = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = out or Path("runs") / f"{'simulated-' if simulated else ''}demo-{time.strftime('%Y%m%d-%H%M%S')}"
     with _check_progress(quiet) as progress:
-        v = run_demo(out, log=lambda m: err.print(m, highlight=False), progress=progress)
+        v = run_demo(out, log=lambda m: err.print(m, highlight=False), progress=progress, simulated=simulated)
     _print_verdict(v, out)
     Console().print(
         f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); 'specguard check' on this plan exits with it",

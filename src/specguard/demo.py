@@ -5,6 +5,11 @@ packaged plan (idle, steady and burst; temperature 0 and 1; an extraction
 segment with heavy prompt overlap and an open-ended chat segment), writes
 verdict.json, report.md and report.html, and prints the verdict. Whatever the
 verdict is, it is the outcome of the measurements.
+
+``--simulated`` runs another packaged plan against two of specguard's simulated servers instead (``sim serve``,
+in real time; no runtime to install): Llama-3-70B on 4 x H100, baseline vs draft-model speculation, at loads
+from QPS 1 to past the crossover, so that the per-level lines, the crossover and the forest plot show where
+speculation helps and where it hurts. Every page it writes is labelled simulated.
 """
 
 from __future__ import annotations
@@ -12,29 +17,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from specguard.check.launch import LaunchResolver
 from specguard.check.plan import load_plan
 from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.requirements import plan_warnings
 from specguard.check.runner import run_check
 from specguard.embedded.launch import embedded_launcher
 from specguard.loadgen.runner import MatrixProgress
+from specguard.sim.launch import sim_launcher
+from specguard.sim.marker import SIMULATED_BANNER
 
-DEMO_PLAN = Path(__file__).parent / "check" / "plans" / "demo.yaml"
+PLANS = Path(__file__).parent / "check" / "plans"
+DEMO_PLAN = PLANS / "demo.yaml"
+SIMULATED_DEMO_PLAN = PLANS / "demo-simulated.yaml"
 
 SIZED_TO_SHOW = (
     "this demo plan is sized to show the tool in minutes on a laptop, not to reach GO: its cells hold too few "
     "requests for P99 guardrails, so expect INCONCLUSIVE; size a real check with 'specguard check PLAN --dry-run'"
 )
+SIMULATED_DEMO = (
+    f"{SIMULATED_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "
+    "vs draft-model speculation at QPS 1 to past the crossover, to show where speculation helps and where it hurts; "
+    "its cells are too small for P99 guardrails, so expect INCONCLUSIVE. Measure your own servers with 'specguard check'"
+)
 
 
-def demo_notes() -> list[str]:
-    """What the demo says before it measures: that it cannot reach GO by construction, and why."""
-    return [SIZED_TO_SHOW, *(f"warning: {w}" for w in plan_warnings(load_plan(DEMO_PLAN)))]
+def demo_notes(simulated: bool = False) -> list[str]:
+    """What the demo says before it measures: that it cannot reach GO by construction, and why (and, simulated, that)."""
+    plan = SIMULATED_DEMO_PLAN if simulated else DEMO_PLAN
+    return [SIMULATED_DEMO if simulated else SIZED_TO_SHOW, *(f"warning: {w}" for w in plan_warnings(load_plan(plan)))]
 
 
-def run_demo(out: Path, log: Callable[[str], None] = print, progress: MatrixProgress | None = None) -> VerdictFile:
-    plan = load_plan(DEMO_PLAN)
-    for note in demo_notes():
+def run_demo(
+    out: Path, log: Callable[[str], None] = print, progress: MatrixProgress | None = None, simulated: bool = False
+) -> VerdictFile:
+    path = SIMULATED_DEMO_PLAN if simulated else DEMO_PLAN
+    launcher: LaunchResolver = sim_launcher if simulated else embedded_launcher
+    plan = load_plan(path)
+    for note in demo_notes(simulated):
         log(note)
-    record = run_check(plan, DEMO_PLAN, out, launcher=embedded_launcher, log=log, progress=progress)
+    record = run_check(plan, path, out, launcher=launcher, log=log, progress=progress)
     return write_outputs(record, out)

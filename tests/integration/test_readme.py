@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -34,7 +35,7 @@ def help_text(*sub: str) -> str:
         [sys.executable, "-m", "specguard", *sub, "--help"],
         capture_output=True,
         text=True,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")},  # this checkout, not an installed one
     )
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -223,3 +224,28 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
         assert "Traceback" not in r.stderr and r.stdout.strip()
         ran += 1
     assert ran >= 4
+
+
+def test_readme_simulated_demo_runs_as_written(tmp_path):
+    """``specguard demo --simulated`` exactly as the README shows it, in a scratch directory: two simulated servers in
+    real time (about two minutes), every page labelled simulated, per-level lines and the crossover line."""
+    from specguard.sim.marker import SIM_VERSION, SIMULATED_BANNER
+
+    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "demo", "--simulated"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}  # the servers import this checkout
+    r = subprocess.run(
+        [sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = tmp_path / cmd[cmd.index("--out") + 1]
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["simulated"] is True
+    assert SIMULATED_BANNER in r.stderr and SIMULATED_BANNER in r.stdout
+    assert SIMULATED_BANNER in (out / "report.md").read_text().splitlines()[2]
+    assert 'id="simulated"' in (out / "report.html").read_text()
+    # one line per level, QPS 1 first, and the crossover read off them: helps at the low levels, hurts at the top
+    assert [x["traffic"] for x in verdict["lines"]] == ["qps1", "qps8", "qps16", "qps32"]
+    helps = [c for c in verdict["crossover"] if "speculation helps up to QPS" in c]
+    assert helps and "hurts from QPS 32" in helps[0], verdict["crossover"]
+    assert "speculation helps up to QPS" in r.stdout
+    assert {inv["vllm_version"] for inv in verdict["inventory"].values()} == {SIM_VERSION}

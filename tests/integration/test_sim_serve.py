@@ -26,8 +26,8 @@ from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
 from specguard.results.store import load_run
 from specguard.server_metrics.parse import parse_metrics_text
+from specguard.sim.marker import SIM_HEADER, is_simulated_version
 from specguard.sim.run import SimRequest, build_arm
-from specguard.sim.serve import SIM_HEADER
 from specguard.sim.serve_process import SimServeProcess
 from specguard.sim.step_time import StepLoad
 from tests.helpers import alive, wait_gone
@@ -112,7 +112,7 @@ def test_speculative_server_under_bench(sim_server, tmp_path: Path) -> None:
     info, records, samples = load_run(tmp_path / "run")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert len(records) == REQUESTS and all(r.ok for r in records)
-    assert info.server_version is not None and info.server_version.endswith("+specguard.sim")
+    assert is_simulated_version(info.server_version)
     # every request generated max_tokens, counted from the server's running usage, several tokens per chunk
     assert all(r.output_tokens == MAX_TOKENS == sum(r.chunk_tokens) for r in records)
     assert all(r.token_source == "server_usage" for r in records)

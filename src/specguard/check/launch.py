@@ -3,16 +3,22 @@
 A ``Launcher`` is a vLLM runtime's serve command and environment plus each launched arm's server spec with
 every model name already resolved. The runner asks a ``LaunchResolver`` for one only when a launched block is
 about to run (a resumed check whose launched blocks are done installs nothing); ``embedded/launch.py``
-provides the resolver that knows the embedded runtime and ``embedded:`` model names.
+provides the resolver that knows the embedded runtime and ``embedded:`` model names, ``sim/launch.py`` the one
+that starts specguard's simulated server instead of vLLM (its ``server`` factory).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specguard.check.plan import CheckPlan
+from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
+
+ServerFactory = Callable[[str, ServerSpec, Path, float], ManagedServer]
+"""(arm name, spec with its port, log path, startup timeout) -> the server process to start, not yet started."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +27,7 @@ class Launcher:
     env: dict[str, str]
     specs: dict[str, ServerSpec]  # launched arm name -> its spec; the runner sets the port
     client_cpus: frozenset[int] | None = None  # the load generator's cores while a launched block runs; None: as it is
+    server: ServerFactory | None = None  # None: ``vllm serve`` (serve_argv) as a ManagedServer
 
 
 LaunchResolver = Callable[[CheckPlan, Callable[[str], None]], Launcher]

@@ -33,7 +33,9 @@ from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RunInfo
 from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
+from specguard.sim.marker import is_simulated_version
 from specguard.verdict import decide
+from specguard.verdict.load_range import help_hurt_lines
 
 __all__ = ["VERDICT_SCHEMA", "VerdictFile", "build_report_data", "build_verdict", "load_check", "write_outputs"]
 
@@ -128,8 +130,12 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
+    rate_levels = {t.name for t in plan.levels if t.rate is not None or getattr(t, "load_rps", None) is not None}
+    help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
-        **verdict.model_dump(exclude={"reasons", "warnings"}),
+        **verdict.model_dump(exclude={"reasons", "warnings", "crossover"}),
+        crossover=help_hurt + verdict.crossover,
+        simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
         warnings=warnings,
@@ -192,10 +198,13 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
 
 def partial_report(record: CheckRecord, out: Path) -> PartialReport:
     runs = []
+    simulated = False
     for arm in ARMS:
         for run_dir in CheckDir(out).arm_runs(arm):
             summary = load_or_recompute_summary(run_dir)
             runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
+            if (run_dir / RUN_FILE).exists():
+                simulated = simulated or is_simulated_version(read_json(run_dir / RUN_FILE, RunInfo).server_version)
     return PartialReport(
         plan=record.plan.name,
         plan_path=record.plan_path,
@@ -203,6 +212,7 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         missing=missing_runs(record, out),
         runs=runs,
         definitions=dict(METRIC_DEFINITIONS),
+        simulated=simulated,
     )
 
 

@@ -373,12 +373,11 @@ def _run_launched_block(
 ) -> None:
     assert arm.launch is not None
     spec = launch.specs[arm_name].model_copy(update={"port": port})
-    server = ManagedServer(
-        spec,
-        launch.serve_argv,
-        d.server_log(arm_name, rep),
-        runtime_env=launch.env,
-        startup_timeout_s=arm.launch.startup_timeout_s,
+    log_path, timeout = d.server_log(arm_name, rep), arm.launch.startup_timeout_s
+    server = (
+        launch.server(arm_name, spec, log_path, timeout)
+        if launch.server is not None
+        else ManagedServer(spec, launch.serve_argv, log_path, runtime_env=launch.env, startup_timeout_s=timeout)
     )
     previous_cpus = os.sched_getaffinity(0) if launch.client_cpus else None
     try:

@@ -74,6 +74,7 @@ class VerdictFile(BaseModel):
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
     equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it
     baseline_imports: list[ImportedBaseline] = []  # cells whose baseline is an existing run (--baseline-run), not measured
+    simulated: bool = False  # a server's /version is specguard's simulated engine (sim serve): nothing here is measured on vLLM
 
 
 class LoadSeries(BaseModel):

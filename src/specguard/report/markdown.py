@@ -12,6 +12,7 @@ from specguard.report import gpu_table, greedy_table
 from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
+from specguard.sim.marker import SIMULATED_BANNER, SIMULATED_NOTE
 
 __all__ = [
     "definition_lines",
@@ -22,6 +23,7 @@ __all__ = [
     "md_table",
     "pinned_line",
     "render_markdown",
+    "simulated_lines",
     "warning_lines",
 ]
 
@@ -129,9 +131,15 @@ def baseline_import_lines(v: VerdictFile) -> list[str]:
     ]
 
 
+def simulated_lines(simulated: bool) -> list[str]:
+    """The banner of a report built on specguard's simulated server, as a quoted line and a blank one; [] if not."""
+    return [f"> **{SIMULATED_BANNER}.** {SIMULATED_NOTE}", ""] if simulated else []
+
+
 def render_markdown(data: ReportData) -> str:
     v = data.verdict
-    out = [f"# specguard check `{v.plan}`: **{v.verdict}**", ""]
+    out = [f"# specguard check `{v.plan}`{' (SIMULATED)' if v.simulated else ''}: **{v.verdict}**", ""]
+    out += simulated_lines(v.simulated)
     deciding = deciding_line(v.reason_details)
     out += [f"**{deciding}**", ""] if deciding else []
     out += [f"- {r}" for r in v.reasons] + [""]

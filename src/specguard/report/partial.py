@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from specguard.report.numbers import fmt
 from specguard.results.models import Percentiles, Summary
+from specguard.sim.marker import SIMULATED_BANNER, SIMULATED_NOTE
 
 
 class PartialRun(BaseModel):
@@ -29,6 +30,7 @@ class PartialReport(BaseModel):
     missing: list[str]
     runs: list[PartialRun]
     definitions: dict[str, str]
+    simulated: bool = False  # a run's server was specguard's simulated engine (its run.json server_version)
 
 
 def _p(p: Percentiles, key: str) -> str:
@@ -82,6 +84,7 @@ def render_partial_markdown(data: PartialReport) -> str:
     out = [
         f"# {headline(data)}",
         "",
+        *([f"> **{SIMULATED_BANNER}.** {SIMULATED_NOTE}", ""] if data.simulated else []),
         f"Continue it with `{resume_command(data)}`.",
         "",
         "## Runs measured so far",
@@ -99,11 +102,12 @@ def render_partial_html(data: PartialReport) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in _rows(data))
     defs = "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in data.definitions.items())
+    banner = f"<p id='simulated'><b>{e(SIMULATED_BANNER)}.</b> {e(SIMULATED_NOTE)}</p>" if data.simulated else ""
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>specguard partial report</title>"
         "<style>body{font-family:sans-serif;margin:2em}h1{color:#a15c00}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px}</style></head><body>"
-        f"<h1 id='partial'>{e(headline(data))}</h1><p>Continue it with <code>{e(resume_command(data))}</code>.</p>"
+        f"<h1 id='partial'>{e(headline(data))}</h1>{banner}<p>Continue it with <code>{e(resume_command(data))}</code>.</p>"
         f"<h2>Runs measured so far</h2><table><tr>{head}</tr>{body}</table>"
         f"<h2>Definitions</h2><ul>{defs}</ul></body></html>\n"
     )

@@ -32,13 +32,14 @@ import numpy as np
 from aiohttp import web
 
 from specguard.sim.engine import EngineConfig, SimEngine
+from specguard.sim.marker import IMITATED_VLLM, SIM_HEADER, SIM_VERSION
 from specguard.sim.run import SimRequest, build_arm
 from specguard.sim.serve_loop import EngineLoop, Stream
 from specguard.sim.serve_metrics import SimMetrics
 from specguard.sim.step_time import StepTime
 
-SIM_HEADER = "X-Specguard-Simulated"
-IMITATED_VLLM = "0.32.0"  # the release whose metric names and bucket bounds serve_metrics copies
+__all__ = ["IMITATED_VLLM", "SIM_HEADER", "SimServer", "build_server", "prompt_tokens", "serve"]
+
 WORDS_TO_TOKENS = 1.3  # a rough English BPE ratio; the estimate only has to be deterministic
 TOKEN_TEXT = " tok"
 
@@ -73,7 +74,7 @@ class SimServer:
         self.metrics = SimMetrics(served_name, engine)
         self.loop = EngineLoop(engine, self.metrics, time_scale)
         self.version_body = {
-            "version": f"{IMITATED_VLLM}+specguard.sim",
+            "version": SIM_VERSION,
             "simulated": True,
             "imitates": f"vLLM {IMITATED_VLLM}",
             "engine": "specguard sim (a model of vLLM's V1 engine; no GPU, no model)",

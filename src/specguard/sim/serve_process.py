@@ -11,9 +11,22 @@ from specguard.vllm.server_spec import ServerSpec
 
 
 class SimServeProcess(ManagedServer):
-    def __init__(self, req: SimRequest, log_dir: Path, served_name: str = "sim", time_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        req: SimRequest,
+        log_dir: Path,
+        served_name: str = "sim",
+        time_scale: float = 1.0,
+        *,
+        log_name: str = "sim-serve.log",
+        port: int | None = None,
+        startup_timeout_s: float = 60,
+    ) -> None:
         super().__init__(
-            ServerSpec(model=served_name, served_model_name=served_name), [], log_dir / "sim-serve.log", startup_timeout_s=60
+            ServerSpec(model=served_name, served_model_name=served_name, port=port),
+            [],
+            log_dir / log_name,
+            startup_timeout_s=startup_timeout_s,
         )
         self.req = req
         self.served_name = served_name
