@@ -74,6 +74,7 @@ class SimArrival(StrEnum):
     poisson = "poisson"
     gamma = "gamma"
     constant = "constant"
+    trace = "trace"
 
 
 def _catalog(option: str, value: str | None, *, gpu: bool = False) -> None:
@@ -175,7 +176,16 @@ def run(
     block_size: Annotated[int | None, typer.Option(help="KV block size in tokens (default 16).")] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(help="vLLM's gpu_memory_utilization (default 0.9).")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Default: the target's max_position_embeddings.")] = None,
-    arrival: Annotated[SimArrival | None, typer.Option(help="Arrival process (default poisson).")] = None,
+    arrival: Annotated[
+        SimArrival | None, typer.Option(help="Arrival process (default poisson; trace: with --arrivals-from).")
+    ] = None,
+    arrivals_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="--arrival trace: arrival times from an open-loop 'bench' run (its send times) or a request log (its "
+            "timestamps), replayed in shape at each --rate."
+        ),
+    ] = None,
     burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
     crossover_metric: Annotated[
         str | None,
@@ -218,6 +228,15 @@ def run(
     finite(gpu_memory_utilization, "--gpu-memory-utilization")
     if burstiness is not None and arrival != SimArrival.gamma:
         raise OptionError("--burstiness: only with --arrival gamma")
+    if (arrival == SimArrival.trace) != (arrivals_from is not None):
+        raise OptionError("--arrival trace and --arrivals-from PATH go together: the trace's times come from PATH")
+    trace_s, trace_note = None, None
+    if arrivals_from is not None:
+        from specguard.sim.inputs import arrivals_from as read_arrivals
+
+        if not arrivals_from.exists():
+            raise OptionError(f"--arrivals-from {arrivals_from}: not found")
+        trace_s, trace_note = read_arrivals(arrivals_from)
     version_option(vllm_version)
     input_path(profile, "--profile")
     if html is not None:
@@ -239,7 +258,7 @@ def run(
         )
     arrivals = options(
         Arrivals,
-        given(kind=arrival.value if arrival else None, burstiness=burstiness),
+        given(kind=arrival.value if arrival else None, burstiness=burstiness, trace_s=trace_s),
         {"kind": "--arrival", "burstiness": "--burstiness"},
     )
     request = options(
@@ -281,6 +300,8 @@ def run(
     # run_sim checks the rest (--tp against the heads, the KV pool, --warmup against --duration) before its first step
     report = run_sim(request)
     report.warnings.extend(taken.notes)
+    if trace_note is not None:
+        report.warnings.append(f"arrivals: the shape of the {trace_note}, scaled to each --rate")
     if html is not None:
         from specguard.sim.html import write_sim_html
 

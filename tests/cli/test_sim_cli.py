@@ -278,3 +278,44 @@ def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
     for line in lines:
         r = cli.invoke([*line[1:], "--duration", "20"])
         assert r.exit_code == 0, (line, r.output)
+
+
+def test_trace_arrivals_from_a_bench_run_and_from_a_request_log(cli: Cli, spec_run: Path, tmp_path: Path) -> None:
+    from specguard.sim.inputs import arrivals_from
+
+    r = cli.invoke([*PLAIN, "--arrival", "trace", "--arrivals-from", str(spec_run), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["setup"]["arrivals"] == "trace"
+    assert any(f"send times of the 40 requests of {spec_run}" in w for w in doc["warnings"])
+    # a log whose requests come in two bursts a minute apart: the trace keeps the bursts
+    stamps = [f"2026-11-29T10:00:{s:02d}Z" for s in (0, 0, 1, 1)] + [f"2026-11-29T10:01:{s:02d}Z" for s in (0, 0, 1, 1)]
+    log = tmp_path / "log.jsonl"
+    line = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "prompt": "hi"}
+    log.write_text("".join(json.dumps({**line, "timestamp": t}) + "\n" for t in stamps))
+    offsets, what = arrivals_from(log)
+    assert offsets == [0.0, 0.0, 1.0, 1.0, 60.0, 60.0, 61.0, 61.0] and "8 timestamped lines" in what
+    r = cli.invoke([*PLAIN, "--arrival", "trace", "--arrivals-from", str(log), "--json"])
+    assert r.exit_code == 0, r.output
+
+
+TRACE_BAD = [
+    (["--arrival", "trace"], "--arrival trace and --arrivals-from PATH go together"),
+    (["--arrivals-from", "RUN"], "--arrival trace and --arrivals-from PATH go together"),
+    (["--arrival", "trace", "--arrivals-from", "missing"], "--arrivals-from missing: not found"),
+]
+
+
+@pytest.mark.parametrize(("args", "fragment"), TRACE_BAD, ids=[case_id(c) for c in TRACE_BAD])
+def test_trace_options_exit_2_before_any_simulation(cli: Cli, spec_run: Path, args: list[str], fragment: str) -> None:
+    cli.fails([*PLAIN, *[str(spec_run) if a == "RUN" else a for a in args]], USAGE, fragment)
+
+
+def test_a_closed_loop_run_is_no_arrival_trace(cli: Cli, tmp_path: Path) -> None:
+    from tests.unit.sim.synthetic_runs import write_run
+
+    run = write_run(tmp_path / "run", requests=10)
+    info = json.loads((run / "run.json").read_text())
+    info["load"] = {**info["load"], "kind": "concurrency", "concurrency": 2, "rate": None}
+    (run / "run.json").write_text(json.dumps(info))
+    cli.fails([*PLAIN, "--arrival", "trace", "--arrivals-from", str(run)], USAGE, "sends when a slot frees")

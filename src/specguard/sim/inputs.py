@@ -245,3 +245,33 @@ def acceptance_from(path: Path, method: str | None) -> Taken:
             "simulated arm drafts on every step, so it overstates the tokens a step yields"
         )
     return Taken(acceptance=rates, notes=notes)
+
+
+ARRIVALS_OPTION = "--arrivals-from"
+
+
+def arrivals_from(path: Path) -> tuple[list[float], str]:
+    """Arrival offsets (s from the first) for ``--arrival trace``: an open-loop ``bench`` run's send times, or a
+    request log's timestamps (Gate 1's input). The engine replays the trace's shape at each ``--rate``."""
+    if path.is_dir():
+        from specguard.results.store import load_run
+
+        info, records, _ = load_run(path)
+        if info.load.kind in ("concurrency", "idle", "burst"):
+            raise OptionError(
+                f"{ARRIVALS_OPTION} {path}: a {info.load.kind} run sends when a slot frees, so its send times are the "
+                "server's pace, not an arrival process; give an open-loop run (bench --rate) or a request log"
+            )
+        sent = sorted(r.sent_s for r in records)
+        what = f"send times of the {len(sent)} requests of {path}"
+    else:
+        from specguard.workload.importers import read_log
+
+        stamps = [e.timestamp.timestamp() for e in read_log(path) if e.timestamp is not None]
+        sent = sorted(stamps)
+        what = f"timestamps of the {len(sent)} timestamped lines of {path}"
+    if len(sent) < 2:
+        raise InputFileError(f"{ARRIVALS_OPTION} {path}: {len(sent)} arrival times; a trace needs at least 2")
+    if sent[-1] - sent[0] <= 0:
+        raise InputFileError(f"{ARRIVALS_OPTION} {path}: every arrival has the same time; a trace needs a span")
+    return [t - sent[0] for t in sent], what
