@@ -7,7 +7,7 @@ Run: PYTHONPATH=src .venv/bin/python bench/sim_validation.py [--out docs/validat
    baseline and n-gram runs at concurrency 1 and 4 and every other run is predicted from it.
 2. The published series of ``sim.published``: the vLLM team's October 2024 post and SpecDecode-Bench.
 
-About 6 minutes on 2 cores (four server starts, fourteen runs of 24 requests, the published series ~90 s).
+About 7 minutes on 2 cores (four server starts, sixteen runs of 24 requests and four warm-ups, the published series ~90 s).
 The run directories stay under --runs for ``specguard sim calibrate`` or a second look.
 """
 

@@ -4,11 +4,11 @@ A profile is calibrated on real baseline and n-gram runs at concurrency 1 and 4,
 and Poisson 6 req/s on both servers are predicted from it and measured (``INTEGRATION_LOADS``, calibration and
 predicted runs alternating in time). Bound: each predicted run's p50 TPOT and p50 E2E within 50 % of the
 measurement. Why 50 %: on this shared 2-vCPU machine one load measured twice on one server, minutes apart,
-moved by up to 41 % (baseline, concurrency 1: 5.9 then 8.3 ms per token; docs/validation.md's noise floor
-rows), and a prediction carries the noise of its calibration runs and of the run it predicts. A model error
+moved by up to 41 % (baseline, concurrency 1: 5.9 then 8.3 ms per token; n-gram by 33 % in docs/validation.md's
+noise-floor rows), and a prediction carries the noise of its calibration runs and of the run it predicts. A model error
 such as a missed warm-up (+243 % when written) or an ignored speculation (n-gram: about 3x) is far outside it.
 TTFT and the p90s are shown in docs/validation.md, not bounded here: the API server's own time per request is
-not in the engine model, and a CPU server's TTFT under concurrency came out up to 56 % under.
+not in the engine model, and a CPU server's TTFT under concurrency came out up to 67 % under.
 """
 
 from __future__ import annotations

@@ -254,6 +254,23 @@ def _series_md(r: SeriesResult) -> list[str]:
     return [*lines, ""]
 
 
+# What a reader must know to weigh the numbers above; said once, here.
+CAVEATS = (
+    "The October 2024 post gives no acceptance rate: each of its series has one parameter (q) fitted to its QPS-1 "
+    "point, whose error is therefore 0 by construction; every other point and the crossover are predictions. Its "
+    "measured values are read off its figures (about +-0.05).",
+    "V0's CPU costs (`sim/step_time.py` `V0Costs`) come from vLLM's own V0 measurements (PR #9298, issue #8370, "
+    "the v0.6.0 post), not from the October 2024 post.",
+    "A draft or EAGLE pass costs its roofline plus 0.1 ms (`DRAFT_PASS_OVERHEAD_S`). That correction was made after "
+    "SpecDecode-Bench's EAGLE-3 batch-1 point came out 1.22x with the step's whole 1.5 ms fixed cost charged per "
+    "pass: vLLM V1 runs the draft passes inside the step, as CUDA-graph replays. The 0.1 ms was not tuned to the point.",
+    "Past the crossover the simulated slow-down is steeper than the post's (QPS 10: 0.19 against 0.71): once the "
+    "speculative arm saturates, its simulated queue grows for all 600 s; the post does not say how long its runs were.",
+    "Embedded: TTFT is under-predicted throughout (the API server's own time per request is not in the engine "
+    "model), and TPOT/E2E predictions lean low by 10-20 %; the noise-floor rows bound what any prediction here can do.",
+)
+
+
 def render_validation_md(doc: ValidationDoc) -> str:
     lines = [
         "# Validation of `specguard sim`",
@@ -269,4 +286,5 @@ def render_validation_md(doc: ValidationDoc) -> str:
     lines += ["## 2. Published measurements", ""]
     for r in doc.published:
         lines += _series_md(r)
+    lines += ["## 3. Caveats", "", *(f"- {c}" for c in CAVEATS), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -1,8 +1,8 @@
 """The simulator against published vLLM measurements: the shapes docs/validation.md shows, and that the page is current.
 
 Bounds, stated here and in docs/validation.md's numbers: SpecDecode-Bench's throughput ratios (acceptance from
-the source's traces, nothing fitted) within 15 % at every batch (largest error when written: 9.4 %, n-gram on
-ShareGPT at batch 128); the October 2024 post's two series (one acceptance parameter fitted at QPS 1) speed up at
+the source's traces, nothing fitted) within 15 % at every batch (largest error when written: 9.7 %, n-gram on
+ShareGPT at batch 1); the October 2024 post's two series (one acceptance parameter fitted at QPS 1) speed up at
 low load, cross over, and slow down past it, with the crossover within one of the post's measured QPS steps.
 """
 
