@@ -77,44 +77,53 @@ def _crossover(xs: list[float], ratios: list[float]) -> float | None:
 BLOG_2024 = "vLLM blog, Oct 2024"
 BLOG_CITE = "https://blog.vllm.ai/2024/10/17/spec-decode.html"
 BLOG_RULE = "not published: a_i = q^i with q fitted so the simulated QPS-1 point equals the measured one"
+
+
+def _blog(
+    setting: str,
+    method: SimMethod,
+    draft: str | None,
+    lengths: tuple[int, int],
+    lengths_source: str,
+    points: list[tuple[float, float]],
+) -> PublishedSeries:
+    return PublishedSeries(
+        source=BLOG_2024,
+        cite=BLOG_CITE,
+        setting=setting,
+        target="llama-3-70b",
+        gpu="h100-80gb",
+        tensor_parallel_size=4,
+        engine="v0",
+        method=method,
+        draft=draft,
+        num_speculative_tokens=4,
+        prompt_len=lengths[0],
+        output_len=lengths[1],
+        lengths_source=lengths_source,
+        acceptance_rule=BLOG_RULE,
+        x_axis="qps",
+        ratio="e2e_speedup",
+        points=points,
+    )
+
+
 BLOG_SERIES = (
-    PublishedSeries(
-        source=BLOG_2024,
-        cite=BLOG_CITE,
-        setting="draft model (Qwama-0.5B), ShareGPT",
-        target="llama-3-70b",
-        gpu="h100-80gb",
-        tensor_parallel_size=4,
-        engine="v0",
-        method="draft_model",
-        draft="qwen2.5-0.5b",
-        num_speculative_tokens=4,
-        prompt_len=161,
-        output_len=338,
-        lengths_source="ShareGPT means from the vLLM paper (SOSP 2023)",
-        acceptance_rule=BLOG_RULE,
-        x_axis="qps",
-        ratio="e2e_speedup",
-        points=[(1, 1.54), (2, 1.49), (4, 1.30), (8, 1.03), (10, 0.71)],
+    _blog(
+        "draft model (Qwama-0.5B), ShareGPT",
+        "draft_model",
+        "qwen2.5-0.5b",
+        (161, 338),
+        "ShareGPT means from the vLLM paper (SOSP 2023)",
+        [(1, 1.54), (2, 1.49), (4, 1.30), (8, 1.03), (10, 0.71)],
     ),
-    PublishedSeries(
-        source=BLOG_2024,
-        cite=BLOG_CITE,
-        setting="n-gram (prompt lookup), CNN/DailyMail",
-        target="llama-3-70b",
-        gpu="h100-80gb",
-        tensor_parallel_size=4,
-        engine="v0",
-        method="ngram",
-        draft=None,
-        num_speculative_tokens=4,
-        prompt_len=838,
-        output_len=323,
-        lengths_source="CNN/DailyMail trace means from SpecDecode-Bench's repository",
-        acceptance_rule=BLOG_RULE,
-        x_axis="qps",
-        ratio="e2e_speedup",
-        points=[(1, 2.82), (2, 2.41), (4, 2.10), (8, 0.54)],
+    _blog(
+        "n-gram (prompt lookup), CNN/DailyMail",
+        "ngram",
+        None,
+        (838, 323),
+        "CNN/DailyMail trace means from SpecDecode-Bench's repository",
+        [(1, 2.82), (2, 2.41), (4, 2.10), (8, 0.54)],
     ),
 )
 
