@@ -27,6 +27,7 @@ class RunWorkload:
     prompts: NDArray[np.int64]
     outputs: NDArray[np.int64]
     concurrency: int | None
+    load_kind: str  # run.json's load.kind: closed-loop runs (concurrency, idle) set their own pace
     acceptance: list[float] | None
     draft_fraction: float | None
     block_size: int | None
@@ -69,6 +70,7 @@ def run_workload(run_dir: Path) -> RunWorkload:
         prompts=np.asarray([r.prompt_tokens for r in ok], dtype=np.int64),
         outputs=np.asarray([r.output_tokens for r in ok], dtype=np.int64),
         concurrency=concurrency,
+        load_kind=info.load.kind,
         acceptance=per_pos,
         draft_fraction=fraction,
         block_size=_int_label(info.cache_config, "block_size"),

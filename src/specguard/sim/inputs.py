@@ -254,21 +254,26 @@ def arrivals_from(path: Path) -> tuple[list[float], str]:
     """Arrival offsets (s from the first) for ``--arrival trace``: an open-loop ``bench`` run's send times, or a
     request log's timestamps (Gate 1's input). The engine replays the trace's shape at each ``--rate``."""
     if path.is_dir():
-        from specguard.results.store import load_run
+        from specguard.sim.from_run import run_workload
 
-        info, records, _ = load_run(path)
-        if info.load.kind in ("concurrency", "idle", "burst"):
+        work = run_workload(path)  # its successful requests' send times, from the first
+        kind = work.load_kind
+        if kind in ("concurrency", "idle"):
             raise OptionError(
-                f"{ARRIVALS_OPTION} {path}: a {info.load.kind} run sends when a slot frees, so its send times are the "
-                "server's pace, not an arrival process; give an open-loop run (bench --rate) or a request log"
+                f"{ARRIVALS_OPTION} {path}: a {kind} run sends when a slot frees, so its send times are the server's "
+                "pace, not an arrival process; give an open-loop run (bench --rate) or a request log"
             )
-        sent = sorted(r.sent_s for r in records)
+        if kind == "burst":
+            raise OptionError(
+                f"{ARRIVALS_OPTION} {path}: a burst run sends every request at once, so it has no arrival process; "
+                "give an open-loop run (bench --rate) or a request log"
+            )
+        sent = [float(t) for t in work.arrivals_s]
         what = f"send times of the {len(sent)} requests of {path}"
     else:
         from specguard.workload.importers import read_log
 
-        stamps = [e.timestamp.timestamp() for e in read_log(path) if e.timestamp is not None]
-        sent = sorted(stamps)
+        sent = sorted(e.timestamp.timestamp() for e in read_log(path) if e.timestamp is not None)
         what = f"timestamps of the {len(sent)} timestamped lines of {path}"
     if len(sent) < 2:
         raise InputFileError(f"{ARRIVALS_OPTION} {path}: {len(sent)} arrival times; a trace needs at least 2")
