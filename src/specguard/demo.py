@@ -25,7 +25,7 @@ from specguard.check.runner import run_check
 from specguard.embedded.launch import embedded_launcher
 from specguard.loadgen.runner import MatrixProgress
 from specguard.sim.launch import sim_launcher
-from specguard.sim.marker import SIMULATED_BANNER
+from specguard.sim.marker import SIMULATED_SERVER_BANNER
 
 PLANS = Path(__file__).parent / "check" / "plans"
 DEMO_PLAN = PLANS / "demo.yaml"
@@ -36,7 +36,7 @@ SIZED_TO_SHOW = (
     "requests for P99 guardrails, so expect INCONCLUSIVE; size a real check with 'specguard check PLAN --dry-run'"
 )
 SIMULATED_DEMO = (
-    f"{SIMULATED_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "
+    f"{SIMULATED_SERVER_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "
     "vs draft-model speculation at QPS 1 to past the crossover, to show where speculation helps and where it hurts; "
     "its cells are too small for P99 guardrails, so expect INCONCLUSIVE. Measure your own servers with 'specguard check'"
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from specguard.results.check_dir import CheckDir
 from specguard.results.models import RunInfo, Summary
 from specguard.results.store import RUN_FILE, read_json
-from specguard.sim.marker import SIMULATED_BANNER, is_simulated_version
+from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
 
 ROOT = Path(__file__).resolve().parents[2]
 # An 8B model on one H100 with n-gram speculation at high acceptance: both arms far from any limit, 20 requests each.
@@ -55,9 +55,9 @@ def test_a_check_on_sim_arms_runs_and_says_simulated_everywhere(tmp_path: Path) 
     assert r.returncode in (0, 1, 3), r.stderr[-3000:]
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["simulated"] is True and verdict["exit_code"] == r.returncode
-    assert SIMULATED_BANNER in (out / "report.md").read_text()
+    assert SIMULATED_SERVER_BANNER in (out / "report.md").read_text()
     assert 'id="simulated"' in (out / "report.html").read_text()
-    assert SIMULATED_BANNER in r.stdout  # the terminal verdict too
+    assert SIMULATED_SERVER_BANNER in r.stdout  # the terminal verdict too
     # the simulated server's speculation shows: n-gram at these acceptance rates is much faster per token
     (line,) = verdict["lines"]
     assert line["status"] == "better", line
@@ -66,5 +66,5 @@ def test_a_check_on_sim_arms_runs_and_says_simulated_everywhere(tmp_path: Path) 
     assert len(runs) == 2
     for run in runs:
         assert is_simulated_version(read_json(run / RUN_FILE, RunInfo).server_version)
-        assert read_json(run / "summary.json", Summary).notes[0] == SIMULATED_BANNER
+        assert read_json(run / "summary.json", Summary).notes[0] == SIMULATED_SERVER_BANNER
     assert verdict["inventory"]["candidate"]["speculative_config"]["method"] == "ngram"

@@ -229,7 +229,7 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
 def test_readme_simulated_demo_runs_as_written(tmp_path):
     """``specguard demo --simulated`` exactly as the README shows it, in a scratch directory: two simulated servers in
     real time (about two minutes), every page labelled simulated, per-level lines and the crossover line."""
-    from specguard.sim.marker import SIM_VERSION, SIMULATED_BANNER
+    from specguard.sim.marker import SIM_VERSION, SIMULATED_SERVER_BANNER
 
     cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "demo", "--simulated"])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}  # the servers import this checkout
@@ -240,8 +240,8 @@ def test_readme_simulated_demo_runs_as_written(tmp_path):
     out = tmp_path / cmd[cmd.index("--out") + 1]
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["simulated"] is True
-    assert SIMULATED_BANNER in r.stderr and SIMULATED_BANNER in r.stdout
-    assert SIMULATED_BANNER in (out / "report.md").read_text().splitlines()[2]
+    assert SIMULATED_SERVER_BANNER in r.stderr and SIMULATED_SERVER_BANNER in r.stdout
+    assert SIMULATED_SERVER_BANNER in (out / "report.md").read_text().splitlines()[2]
     assert 'id="simulated"' in (out / "report.html").read_text()
     # one line per level, QPS 1 first, and the crossover read off them: helps at the low levels, hurts at the top
     assert [x["traffic"] for x in verdict["lines"]] == ["qps1", "qps8", "qps16", "qps32"]

@@ -130,7 +130,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
-    rate_levels = {t.name for t in plan.levels if t.rate is not None or getattr(t, "load_rps", None) is not None}
+    rate_levels = {t.name for t in plan.levels if t.rate is not None}
     help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
         **verdict.model_dump(exclude={"reasons", "warnings", "crossover"}),

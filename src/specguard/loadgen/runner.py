@@ -47,7 +47,7 @@ from specguard.results.store import GPU_METRICS_FILE, JsonlAppender, RunWriter, 
 from specguard.server_metrics.gpu import gpu_source
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import auth_headers, inspect_server
-from specguard.sim.marker import SIMULATED_BANNER, is_simulated_version
+from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
 from specguard.validation import HttpUrl
 from specguard.vllm.urls import endpoint_url, server_root
 
@@ -490,7 +490,7 @@ class _Measurement:
         if self.interrupted and self.phase == "warm-up":
             summary.notes.insert(0, "interrupted during warm-up: no request was measured")
         if is_simulated_version(self.info.server_version):
-            summary.notes.insert(0, SIMULATED_BANNER)  # first, in summary.json and on the terminal
+            summary.notes.insert(0, SIMULATED_SERVER_BANNER)  # first, in summary.json and on the terminal
         if self.recorder.failure is not None:
             raise OutputWriteError(
                 f"{self.writer.requests_path}: {self.recorder.failure}; the {len(records)} records written before it are kept"

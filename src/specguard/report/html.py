@@ -20,7 +20,7 @@ from specguard.report.data import ArmDistribution, Charts, Ecdf, EquivalenceTabl
 from specguard.report.forest import deciding_line
 from specguard.report.markdown import IMPORTED_NOTE, pinned_line
 from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
-from specguard.sim.marker import SIMULATED_BANNER, SIMULATED_NOTE
+from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
 
@@ -267,7 +267,7 @@ def render_html(data: ReportData) -> str:
         out=data.out,
         pinned_line=pinned_line,
         imported_note=IMPORTED_NOTE,
-        simulated_banner=SIMULATED_BANNER,
+        simulated_banner=SIMULATED_SERVER_BANNER,
         simulated_note=SIMULATED_NOTE,
         deciding=deciding_line(data.verdict.reason_details),
         fmt=fmt,

@@ -12,7 +12,7 @@ from specguard.report import gpu_table, greedy_table
 from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
-from specguard.sim.marker import SIMULATED_BANNER, SIMULATED_NOTE
+from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = [
     "definition_lines",
@@ -133,7 +133,7 @@ def baseline_import_lines(v: VerdictFile) -> list[str]:
 
 def simulated_lines(simulated: bool) -> list[str]:
     """The banner of a report built on specguard's simulated server, as a quoted line and a blank one; [] if not."""
-    return [f"> **{SIMULATED_BANNER}.** {SIMULATED_NOTE}", ""] if simulated else []
+    return [f"> **{SIMULATED_SERVER_BANNER}.** {SIMULATED_NOTE}", ""] if simulated else []
 
 
 def render_markdown(data: ReportData) -> str:

@@ -11,9 +11,10 @@ import html
 
 from pydantic import BaseModel
 
+from specguard.report.markdown import simulated_lines
 from specguard.report.numbers import fmt
 from specguard.results.models import Percentiles, Summary
-from specguard.sim.marker import SIMULATED_BANNER, SIMULATED_NOTE
+from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 
 class PartialRun(BaseModel):
@@ -84,7 +85,7 @@ def render_partial_markdown(data: PartialReport) -> str:
     out = [
         f"# {headline(data)}",
         "",
-        *([f"> **{SIMULATED_BANNER}.** {SIMULATED_NOTE}", ""] if data.simulated else []),
+        *simulated_lines(data.simulated),
         f"Continue it with `{resume_command(data)}`.",
         "",
         "## Runs measured so far",
@@ -102,7 +103,7 @@ def render_partial_html(data: PartialReport) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in _rows(data))
     defs = "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in data.definitions.items())
-    banner = f"<p id='simulated'><b>{e(SIMULATED_BANNER)}.</b> {e(SIMULATED_NOTE)}</p>" if data.simulated else ""
+    banner = f"<p id='simulated'><b>{e(SIMULATED_SERVER_BANNER)}.</b> {e(SIMULATED_NOTE)}</p>" if data.simulated else ""
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>specguard partial report</title>"
         "<style>body{font-family:sans-serif;margin:2em}h1{color:#a15c00}table{border-collapse:collapse}"

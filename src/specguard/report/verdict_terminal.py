@@ -7,14 +7,14 @@ from rich.markup import escape
 from specguard.report.data import VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.greedy_table import equivalence_line
-from specguard.sim.marker import SIMULATED_BANNER
+from specguard.sim.marker import SIMULATED_SERVER_BANNER
 
 COLOURS = {"GO": "green", "NO-GO": "red", "INCONCLUSIVE": "yellow"}
 
 
 def render_terminal(v: VerdictFile, report_html: str) -> str:
     colour = COLOURS[v.verdict]
-    out = [f"[bold magenta]{escape(SIMULATED_BANNER)}[/bold magenta]"] if v.simulated else []
+    out = [f"[bold magenta]{escape(SIMULATED_SERVER_BANNER)}[/bold magenta]"] if v.simulated else []
     out += [f"[bold {colour}]{v.verdict}[/bold {colour}]  ({v.objective})"]
     deciding = deciding_line(v.reason_details)
     out += [f"  [bold]{escape(deciding)}[/bold]"] if deciding else []

@@ -12,7 +12,7 @@ SIM_HEADER = "X-Specguard-Simulated"
 IMITATED_VLLM = "0.32.0"  # the release whose metric names and bucket bounds serve_metrics copies
 SIM_VERSION_TAG = "+specguard.sim"
 SIM_VERSION = IMITATED_VLLM + SIM_VERSION_TAG
-SIMULATED_BANNER = "SIMULATED: numbers come from specguard's simulated engine, not from a real vLLM server"
+SIMULATED_SERVER_BANNER = "SIMULATED: numbers come from specguard's simulated engine, not from a real vLLM server"
 SIMULATED_NOTE = "Use it to learn the tool, never as evidence about a deployment."
 
 

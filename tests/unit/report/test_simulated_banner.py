@@ -12,7 +12,7 @@ from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, render_partial_html, render_partial_markdown
 from specguard.report.verdict_terminal import render_terminal
-from specguard.sim.marker import SIMULATED_BANNER
+from specguard.sim.marker import SIMULATED_SERVER_BANNER
 from tests.unit.report.test_report import make_check
 
 
@@ -29,23 +29,23 @@ def _simulated(data: ReportData, simulated: bool) -> ReportData:
 def test_markdown_opens_with_the_banner_when_simulated(finished: ReportData) -> None:
     md = render_markdown(_simulated(finished, True)).splitlines()
     assert "(SIMULATED)" in md[0]
-    assert md[2].startswith(f"> **{SIMULATED_BANNER}.**")
+    assert md[2].startswith(f"> **{SIMULATED_SERVER_BANNER}.**")
     real = render_markdown(_simulated(finished, False))
-    assert SIMULATED_BANNER not in real and "SIMULATED" not in real
+    assert SIMULATED_SERVER_BANNER not in real and "SIMULATED" not in real
 
 
 def test_html_shows_the_banner_above_the_verdict_when_simulated(finished: ReportData) -> None:
     html = render_html(_simulated(finished, True))
     banner = html.index('id="simulated"')
     assert banner < html.index('id="verdict"') and "<title>specguard: SIMULATED: " in html
-    assert SIMULATED_BANNER.replace("'", "&#39;") in html[banner : banner + 400]
+    assert SIMULATED_SERVER_BANNER.replace("'", "&#39;") in html[banner : banner + 400]
     assert 'id="simulated"' not in render_html(_simulated(finished, False))
 
 
 def test_terminal_verdict_starts_with_the_banner_when_simulated(finished: ReportData) -> None:
     v = _simulated(finished, True).verdict
-    assert SIMULATED_BANNER in render_terminal(v, "r.html").splitlines()[0]
-    assert SIMULATED_BANNER not in render_terminal(finished.verdict, "r.html")
+    assert SIMULATED_SERVER_BANNER in render_terminal(v, "r.html").splitlines()[0]
+    assert SIMULATED_SERVER_BANNER not in render_terminal(finished.verdict, "r.html")
 
 
 def test_a_verdict_file_written_before_the_field_loads_as_not_simulated(finished: ReportData, tmp_path: Path) -> None:
@@ -58,7 +58,7 @@ def test_a_partial_report_of_simulated_runs_says_so_under_its_headline() -> None
     data = PartialReport(plan="p", plan_path="p.yaml", out="o", missing=["block candidate rep1"], runs=[], definitions={})
     sim = data.model_copy(update={"simulated": True})
     md = render_partial_markdown(sim).splitlines()
-    assert md[0].startswith("# PARTIAL REPORT") and md[2].startswith(f"> **{SIMULATED_BANNER}.**")
+    assert md[0].startswith("# PARTIAL REPORT") and md[2].startswith(f"> **{SIMULATED_SERVER_BANNER}.**")
     html = render_partial_html(sim)
     assert html.index("id='partial'") < html.index("id='simulated'")
-    assert SIMULATED_BANNER not in render_partial_markdown(data) + render_partial_html(data)
+    assert SIMULATED_SERVER_BANNER not in render_partial_markdown(data) + render_partial_html(data)
