@@ -33,6 +33,7 @@ from specguard.sim.step_time import (
     Roofline,
     RooflineCoefficients,
     StepTime,
+    draft_profile,
     head_cost,
 )
 from specguard.sim.workload import Arrivals, Lengths, arrival_times, draw_lengths
@@ -142,11 +143,7 @@ def _proposer(req: SimRequest, target: ModelEntry, draft: ModelEntry | None, gpu
         return ProposerCost(kind)
     if isinstance(step, LinearProfile):
         cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
-        full = ModelCost.of(target, tp)
-        scaled = step.scaled(
-            cost.params_per_rank / full.params_per_rank, cost.kv_bytes_per_token_per_rank / full.kv_bytes_per_token_per_rank
-        )
-        return ProposerCost(kind, scaled)
+        return ProposerCost(kind, draft_profile(step, ModelCost.of(target, tp), cost))
     cost = ModelCost.of(draft, tp) if draft else head_cost(target, tp)
     per_pass = V0_COSTS.draft_pass_s if req.engine == "v0" else DRAFT_PASS_OVERHEAD_S
     return ProposerCost(kind, Roofline(cost, gpu, RooflineCoefficients(fixed_overhead_s=per_pass)))

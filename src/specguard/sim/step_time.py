@@ -170,6 +170,13 @@ class LinearProfile(BaseModel):
         )
 
 
+def draft_profile(target_profile: LinearProfile, target: ModelCost, draft: ModelCost) -> LinearProfile:
+    """A draft model's profile from its target's calibrated one: weights-driven terms by parameters, KV by bytes."""
+    return target_profile.scaled(
+        draft.params_per_rank / target.params_per_rank, draft.kv_bytes_per_token_per_rank / target.kv_bytes_per_token_per_rank
+    )
+
+
 ProposerKind = Literal["none", "ngram", "suffix", "draft_model", "eagle", "mtp"]
 # CPU-side proposers: vLLM's n-gram matcher (numba) and Arctic's suffix tree take tens of microseconds per
 # request per step, beside a target step of milliseconds.

@@ -22,7 +22,7 @@ from specguard.sim.calibrate import calibrate
 from specguard.sim.from_run import run_workload
 from specguard.sim.predict import PREDICTED_METRICS, RunPrediction, predict_run
 from specguard.sim.published import SeriesResult
-from specguard.sim.step_time import LinearProfile, ModelCost, ProposerCost
+from specguard.sim.step_time import LinearProfile, ModelCost, ProposerCost, draft_profile
 from specguard.sizing.catalog import ModelEntry
 from specguard.vllm import knowledge as K
 
@@ -133,8 +133,13 @@ class ValidationDoc(BaseModel):
     published: list[SeriesResult]
 
 
-def _spec_of(server: ServerKind) -> tuple[str | None, int]:
-    return {"baseline": (None, 0), "ngram": ("ngram", 4), "ngram_k2": ("ngram", 2), "draft_model": ("draft_model", 3)}[server]
+# the method each server runs; its k is the run's own, the positions its server's spec-decode counters report
+SERVER_METHOD: dict[ServerKind, str | None] = {
+    "baseline": None,
+    "ngram": "ngram",
+    "ngram_k2": "ngram",
+    "draft_model": "draft_model",
+}
 
 
 def validate_embedded(
@@ -148,20 +153,20 @@ def validate_embedded(
     for load, run_dir in runs:
         if load.role != "predict":
             continue
-        method, k = _spec_of(load.server)
+        work = run_workload(run_dir)
+        method = SERVER_METHOD[load.server]
+        k = len(work.acceptance or []) if method else 0
+        if method and not k:
+            raise ValueError(f"{run_dir}: a {method} run without per-position spec-decode counters to take k from")
         proposer = None
         if method == "draft_model":
             if target is None or draft is None:
                 raise ValueError("a draft-model run needs the target and draft models to scale the profile")
-            t, d = ModelCost.of(target, 1), ModelCost.of(draft, 1)
-            scaled = profile.scaled(
-                d.params_per_rank / t.params_per_rank, d.kv_bytes_per_token_per_rank / t.kv_bytes_per_token_per_rank
-            )
-            proposer = ProposerCost("draft_model", scaled)
+            proposer = ProposerCost("draft_model", draft_profile(profile, ModelCost.of(target, 1), ModelCost.of(draft, 1)))
         elif method is not None:
             proposer = ProposerCost("ngram")
         lookahead = K.lookahead_slots(method, k) if method else 0
-        prediction = predict_run(run_workload(run_dir), profile, method=method, k=k, proposer=proposer, lookahead=lookahead)
+        prediction = predict_run(work, profile, method=method, k=k, proposer=proposer, lookahead=lookahead)
         out.append(PredictedRun(load=load, method=method, k=k, prediction=prediction))
     return EmbeddedValidation(
         calibration_runs=[load.name for load, _ in runs if load.role == "calibrate"],
