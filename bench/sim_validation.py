@@ -55,6 +55,8 @@ def main() -> None:
     embedded = None
     if not args.published_only:
         runs_dir = args.runs or ROOT / "runs" / f"sim-validation-{time.strftime('%Y%m%d-%H%M%S')}"
+        if runs_dir.exists():
+            ap.error(f"--runs {runs_dir}: already exists; give a new directory (runs are never overwritten)")
         runs_dir.mkdir(parents=True)
         runtime = ensure_runtime()
         models = ensure_models(runtime)
