@@ -243,6 +243,51 @@ def compare_percentile(
     half-width (in log-ratio) to ``target_change``, so that a change of that
     size could be told apart.
     """
+    return _compare(base, cand, base, cand, q, resamples, seed, target_change, min_tail)
+
+
+def compare_pooled_percentile(
+    base_cells: Sequence[Sequence[Repetition]],
+    cand_cells: Sequence[Sequence[Repetition]],
+    q: float,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    target_change: float = DEFAULT_TARGET_CHANGE,
+    min_tail: int = MIN_TAIL_SAMPLES,
+) -> RatioResult:
+    """The q-quantile of several cells' requests taken together (one traffic level), each cell a stratum.
+
+    A cell is a list of repetitions. Every (cell, repetition) is resampled within itself, as many requests
+    as it holds, so each cell keeps its weight in every replicate (a stratified bootstrap); the tail rule
+    counts the pooled observations. Repetitions are compared for the widening rule across cells: the r-th
+    repetitions of every cell, together, against each other.
+    """
+    base = [rep for cell in base_cells for rep in cell]
+    cand = [rep for cell in cand_cells for rep in cell]
+    return _compare(
+        base, cand, _by_repetition(base_cells), _by_repetition(cand_cells), q, resamples, seed, target_change, min_tail
+    )
+
+
+def _by_repetition(cells: Sequence[Sequence[Repetition]]) -> list[Repetition]:
+    """The r-th repetition of every cell, pooled, for r = 1 .. the most repetitions a cell has."""
+    depth = max((len(c) for c in cells), default=0)
+    return [[req for c in cells if r < len(c) for req in c[r]] for r in range(depth)]
+
+
+def _compare(
+    base: Sequence[Repetition],
+    cand: Sequence[Repetition],
+    widen_base: Sequence[Repetition],
+    widen_cand: Sequence[Repetition],
+    q: float,
+    resamples: int,
+    seed: int,
+    target_change: float,
+    min_tail: int,
+) -> RatioResult:
+    """The bootstrap over ``base`` and ``cand`` (each item a stratum); the widening rule over ``widen_*``."""
     rng = np.random.default_rng(seed)
     pb, rb, nb, vb = bootstrap_percentile(base, q, resamples, rng)
     pc, rc, nc, vc = bootstrap_percentile(cand, q, resamples, rng)
@@ -251,7 +296,7 @@ def compare_percentile(
     # The tail rule counts observations (tokens, for per-token ITL); precision counts requests.
     enough = min(vb, vc) >= min_samples(q, min_tail)
     ratios, lo, hi = _ratio_interval(rb, rc)
-    lo, hi, widened = _widen_for_repetitions(base, cand, q, ratios, lo, hi)
+    lo, hi, widened = _widen_for_repetitions(widen_base, widen_cand, q, ratios, lo, hi)
     need = _more_requests(min(nb, nc), min(vb, vc), q, min_tail, enough, lo, hi, target_change)
     mw_p, prob_lower = _rank_test(base, cand)
     return RatioResult(

@@ -174,6 +174,18 @@ class Guardrails(FiniteModel):
     max_goodput_drop: float | None = Field(
         default=None, ge=0, lt=1, description="goodput may fall by at most this fraction (needs slo:); None: no guardrail"
     )
+    scope: Literal["level", "cell"] = Field(
+        default="level",
+        description="level: P99 E2E/TTFT, goodput and greedy divergence tested per traffic level over its cells, "
+        "the error rate over the whole check; cell: every guardrail in every cell",
+    )
+
+
+class Sequential(FiniteModel):
+    """``check --until-decided``: further repetitions while the verdict is INCONCLUSIVE, up to a budget."""
+
+    max_requests_per_arm: int = Field(gt=0, description="the most measured requests per arm the whole check may send")
+    look_every: int = Field(default=1, ge=1, description="repetitions (of both arms) between two looks")
 
 
 class Equivalence(FiniteModel):
@@ -227,6 +239,7 @@ class CheckPlan(FiniteModel):
     statistics: Statistics = Statistics()
     slo: Slo | None = Field(default=None, description="SLOs every run's goodput counts against (ms)")
     equivalence: Equivalence = Equivalence()
+    sequential: Sequential | None = Field(default=None, description="the budget and rhythm of check --until-decided")
     keep_output: bool = Field(default=False, description="keep every output's token ids in requests.jsonl (may be sensitive)")
     labels: dict[str, str] = Field(default_factory=dict, description="metadata carried into every run.json and check.json")
 

@@ -19,6 +19,7 @@ from specguard.report.warning_groups import WarningGroup
 from specguard.results.foreign.run import ImportedBaseline
 from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
+from specguard.verdict.model import LookRecord
 
 VERDICT_SCHEMA = "specguard.verdict/1"
 
@@ -75,6 +76,7 @@ class VerdictFile(BaseModel):
     equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it
     baseline_imports: list[ImportedBaseline] = []  # cells whose baseline is an existing run (--baseline-run), not measured
     simulated: bool = False  # a server's /version is specguard's simulated engine (sim serve): nothing here is measured on vLLM
+    looks: list[LookRecord] = []  # a sequential check's looks (check --until-decided), first to last; empty for one look
 
 
 class LoadSeries(BaseModel):

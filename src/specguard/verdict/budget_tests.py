@@ -48,12 +48,15 @@ __all__ = [
     "error_p_beyond",
     "holm",
     "ratio_p_below",
+    "ratio_lower",
     "ratio_p_beyond",
     "ratio_upper",
     "requests_to_resolve",
+    "z_one_sided",
 ]
 
 FAMILY_ALPHA = 0.05
+GO_SIDE_ALPHA = 0.025  # each GO-side bound: one side of a 95 % interval
 Z95 = float(stats.norm.ppf(0.975))
 # "More than this many" is what an interval sitting on its budget line needs: no finite number resolves it.
 MAX_ADVICE = 10_000_000
@@ -65,9 +68,26 @@ def _log_spreads(r: RatioResult) -> tuple[float, float]:
     return (lr - math.log(r.ci_low)) / Z95, (math.log(r.ci_high) - lr) / Z95
 
 
-def ratio_upper(r: RatioResult) -> float:
-    """The GO side's bound: the 95 % interval's upper end."""
-    return r.ci_high
+def z_one_sided(alpha: float) -> float:
+    """The normal quantile of a one-sided bound at level ``alpha`` (1.96 at 2.5 %)."""
+    return Z95 if alpha == GO_SIDE_ALPHA else float(stats.norm.isf(alpha))
+
+
+def ratio_upper(r: RatioResult, alpha: float = 0.025) -> float:
+    """The GO side's bound: the 95 % interval's upper end, or at a sequential look's ``alpha`` the one-sided bound
+    read from the interval's upper side on the log scale."""
+    if alpha == GO_SIDE_ALPHA or not (r.ratio > 0 and r.ci_high > 0):
+        return r.ci_high
+    _, above = _log_spreads(r)
+    return math.exp(math.log(r.ratio) + z_one_sided(alpha) * above)
+
+
+def ratio_lower(r: RatioResult, alpha: float = 0.025) -> float:
+    """The lower one-sided bound at ``alpha``: the 95 % interval's lower end at 2.5 %."""
+    if alpha == GO_SIDE_ALPHA or not (r.ratio > 0 and r.ci_low > 0):
+        return r.ci_low
+    below, _ = _log_spreads(r)
+    return math.exp(math.log(r.ratio) - z_one_sided(alpha) * below)
 
 
 def ratio_p_beyond(r: RatioResult, limit: float) -> float:

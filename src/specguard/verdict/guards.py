@@ -20,14 +20,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.equivalence import SegmentEquivalence
 from specguard.analysis.slo import goodput_guardrail
 from specguard.verdict.budget_tests import (
+    GO_SIDE_ALPHA,
     MAX_ADVICE,
     error_difference_interval,
     error_p_beyond,
+    ratio_lower,
     ratio_p_below,
     requests_to_resolve,
+    z_one_sided,
 )
 from specguard.verdict.model import CellComparison, Reason, ReasonCode
 
@@ -39,6 +43,7 @@ __all__ = [
     "equivalence_warnings",
     "error_advice",
     "goodput_guard",
+    "goodput_test",
 ]
 
 DIVERGENCE = "output_divergence"
@@ -64,6 +69,9 @@ class GuardTest:
     codes: tuple[ReasonCode, ReasonCode] | None = None
     label: str = ""
     verb: str = ""
+    level: str | None = None  # a traffic level's test (``cell`` then says "level 'NAME'")
+    nogo_only: bool = False  # a test of the NO-GO side alone: it never holds a GO back (a GO needs its own test)
+    note: str = ""  # why the test is there, said in its NO-GO reason (a fallback percentile)
 
 
 def error_advice(lo: float, hi: float, budget: float, n: int) -> int:
@@ -74,35 +82,40 @@ def error_advice(lo: float, hi: float, budget: float, n: int) -> int:
     return min(max(math.ceil(n * ((hi - lo) / 2 / d) ** 2) - n, 0), MAX_ADVICE)
 
 
-def goodput_guard(cell: CellComparison, max_drop: float) -> GuardTest | None:
+def goodput_guard(cell: CellComparison, max_drop: float, alpha: float = GO_SIDE_ALPHA) -> GuardTest | None:
     """Goodput may fall by at most ``max_drop``; None when the cell has no goodput (no ``slo:``)."""
     r = cell.metrics.get("goodput", {}).get("rate")
-    if r is None:
-        return None
+    return None if r is None else goodput_test(r, cell.name, max_drop, alpha)
+
+
+def goodput_test(r: RatioResult, where: str, max_drop: float, alpha: float, level: str | None = None) -> GuardTest:
+    """The goodput ratio ``r`` at ``where`` (a cell, or a level's pooled ratio) as a test of "ratio >= 1 - max_drop"."""
     g = goodput_guardrail(r, max_drop)
     numbers = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high, "budget": max_drop, "bound": g.bound}
     if g.status == "undersampled":
         reason = Reason(
             code="guardrail_unverified",
-            cell=cell.name,
+            cell=None if level else where,
+            level=level,
             metric="goodput",
             numbers={"more_requests_needed": r.more_requests_needed},
-            text=f"goodput at {cell.name} unverified: {g.text}",
+            text=f"goodput at {where} unverified: {g.text}",
         )
-        return GuardTest(cell.name, "goodput", max_drop, 1.0, False, numbers, r.more_requests_needed, reason)
+        return GuardTest(where, "goodput", max_drop, 1.0, False, numbers, r.more_requests_needed, reason, level=level)
     what = f"x{r.ratio:.2f} (95% CI x{r.ci_low:.2f} to x{r.ci_high:.2f}), budget x{g.bound:.2f}"
     return GuardTest(
-        cell.name,
+        where,
         "goodput",
         max_drop,
         ratio_p_below(r, g.bound),
-        g.status == "within",
+        ratio_lower(r, alpha) >= g.bound,
         numbers,
         requests_to_resolve(r, g.bound),
         what=what,
         codes=("goodput_dropped", "goodput_unresolved"),
         label="goodput",
         verb="dropped",
+        level=level,
     )
 
 
@@ -121,7 +134,7 @@ def _shown(eq: SegmentEquivalence, lo: float | None = None, hi: float | None = N
     return text
 
 
-def equivalence_guard(cell: CellComparison, budget: float) -> GuardTest | None:
+def equivalence_guard(cell: CellComparison, budget: float, alpha: float = GO_SIDE_ALPHA) -> GuardTest | None:
     """The candidate's divergence share may exceed the baseline's own by at most ``budget``; None: not compared here."""
     eq = cell.equivalence
     if eq is None:
@@ -143,7 +156,7 @@ def equivalence_guard(cell: CellComparison, budget: float) -> GuardTest | None:
         DIVERGENCE,
         budget,
         error_p_beyond((db, nb), (dc, nc), budget),
-        hi <= budget,
+        error_difference_interval((db, nb), (dc, nc), z_one_sided(alpha))[1] <= budget,
         numbers,
         error_advice(lo, hi, budget, min(nb, nc)),
         what=f"{_shown(eq, lo, hi)}, budget +{budget:.1%}",

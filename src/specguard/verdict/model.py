@@ -33,7 +33,10 @@ ReasonCode = Literal[
     "goodput_unresolved",
     "output_diverged",
     "output_divergence_unresolved",
+    "objective_undecided",
+    "sequential_budget_spent",
 ]
+GuardrailScope = Literal["level", "cell"]
 
 
 class ObjectiveRule(Protocol):
@@ -60,6 +63,8 @@ class GuardrailRule(Protocol):
     def max_preemption_increase(self) -> float: ...
     @property
     def max_goodput_drop(self) -> float | None: ...
+    @property
+    def scope(self) -> GuardrailScope: ...
 
 
 class EquivalenceRule(Protocol):
@@ -109,6 +114,39 @@ class CellComparison(BaseModel):
         return f"{self.traffic} / {self.sampling} / {self.segment}"
 
 
+class LevelComparison(BaseModel):
+    """One traffic level's latency guardrails over all its cells taken together (``guardrails.scope: level``).
+
+    Each percentile's ratio comes from a stratified bootstrap (``compare_pooled_percentile``): every cell
+    keeps its weight, and the tail rule counts the level's pooled requests. P90 and P50 are there for the
+    NO-GO side where P99 is not yet resolvable (``decide``).
+    """
+
+    traffic: str
+    offered_load: float
+    target: bool
+    cells: list[str]
+    e2e: dict[str, RatioResult] = Field(description="P99, P90, P50 E2E by percentile name ('p99', 'p90', 'p50')")
+    ttft: dict[str, RatioResult]
+    goodput: RatioResult | None = Field(default=None, description="the level's goodput ratio, its cells pooled")
+
+
+class Look(BaseModel):
+    """One look of a sequential check: its share of the alpha-spending plan (``verdict.sequential``)."""
+
+    index: int = Field(ge=1)
+    of: int = Field(ge=1)
+    alpha_go: float = Field(gt=0, le=0.5, description="one-sided level of every GO-side bound at this look")
+    alpha_nogo: float = Field(gt=0, le=0.5, description="family-wise level of the NO-GO side (Holm) at this look")
+
+    @property
+    def final(self) -> bool:
+        return self.index >= self.of
+
+
+SINGLE_LOOK = Look(index=1, of=1, alpha_go=0.025, alpha_nogo=0.05)
+
+
 class OneArmCell(BaseModel):
     """A cell that only one arm measured (the other's runs are missing): no comparison, and no GO."""
 
@@ -147,6 +185,7 @@ class Reason(BaseModel):
 
     code: ReasonCode
     cell: str | None = None
+    level: str | None = None  # a traffic level's test over all its cells (cell is None then)
     metric: str | None = None
     numbers: dict[str, float] = {}
     text: str
@@ -161,6 +200,36 @@ class CellLine(BaseModel):
     text: str
 
 
+class TestAtLook(BaseModel):
+    """One test of a look, as it stood: for check-state.json's and the report's record of a sequential check."""
+
+    name: str  # e.g. "P99 TTFT at level 'steady'"
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None  # the NO-GO side's one-sided p (beyond the budget)
+    outcome: Literal["within", "beyond", "undecided"]
+
+
+class Undecided(BaseModel):
+    """Traffic a further look could still decide: a level's sampling setting, or (``sampling`` None) all of a level's."""
+
+    traffic: str
+    sampling: str | None = None
+
+
+class LookRecord(BaseModel):
+    """One look of a sequential check as it was taken: for check-state.json, verdict.json and the report."""
+
+    index: int = Field(ge=1)
+    of: int = Field(ge=1)
+    requests_per_arm: int = Field(ge=0, description="measured requests per arm, over the whole check, at this look")
+    verdict: VerdictName
+    alpha_go: float
+    alpha_nogo: float
+    tests: list[TestAtLook] = []
+    undecided: list[Undecided] = []
+
+
 class Verdict(BaseModel):
     verdict: VerdictName
     reasons: list[Reason]
@@ -168,6 +237,8 @@ class Verdict(BaseModel):
     warnings: list[str]
     crossover: list[str]
     objective: str
+    tests: list[TestAtLook] = []  # every test as it stood at this look (objective per target cell, guardrails)
+    undecided: list[Undecided] = []  # what a further look could still decide (empty once GO or NO-GO)
 
     @property
     def reason_texts(self) -> list[str]:
