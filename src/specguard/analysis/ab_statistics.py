@@ -315,3 +315,40 @@ def _compare(
         prob_candidate_lower=prob_lower,
         repetition_spread_widened=widened,
     )
+
+
+def pool_log_ratios(results: Sequence[RatioResult]) -> RatioResult:
+    """Several strata's ratios as one: a fixed-effect (inverse-variance) mean of their log ratios, with its 95 % interval.
+
+    Each stratum's standard error is read from its own 95 % interval (its half-width on the log scale over
+    1.96). If any stratum lacks the samples its ratio needs, so does the pooled one: dropping it would hide
+    exactly the stratum where, say, a candidate met no SLO at all.
+    """
+    nb = sum(r.n_baseline for r in results)
+    nc = sum(r.n_candidate for r in results)
+    mean_b = float(np.mean([r.baseline for r in results])) if results else math.nan
+    mean_c = float(np.mean([r.candidate for r in results])) if results else math.nan
+    usable = all(r.enough_samples and 0 < r.ci_low <= r.ratio <= r.ci_high < math.inf for r in results)
+    if not results or not usable:
+        pooled = undefined_ratio(mean_b, mean_c, nb, nc)
+        return pooled.model_copy(update={"more_requests_needed": max((r.more_requests_needed for r in results), default=0)})
+    z = float(stats.norm.ppf(0.975))
+    logs = np.array([math.log(r.ratio) for r in results])
+    se = np.array([max((math.log(r.ci_high) - math.log(r.ci_low)) / (2 * z), 1e-9) for r in results])
+    w = 1 / se**2
+    est = float(np.sum(w * logs) / np.sum(w))
+    half = z / math.sqrt(float(np.sum(w)))
+    return RatioResult(
+        baseline=mean_b,
+        candidate=mean_c,
+        ratio=math.exp(est),
+        ci_low=math.exp(est - half),
+        ci_high=math.exp(est + half),
+        n_baseline=nb,
+        n_candidate=nc,
+        enough_samples=True,
+        more_requests_needed=0,
+        mann_whitney_p=None,
+        prob_candidate_lower=None,
+        repetition_spread_widened=any(r.repetition_spread_widened for r in results),
+    )

@@ -5,17 +5,24 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from specguard.analysis.compare import compare_repetitions, throughput_ratio
+from specguard.analysis.ab_statistics import compare_pooled_percentile, pool_log_ratios
+from specguard.analysis.compare import compare_repetitions, metric_values, throughput_ratio
 from specguard.analysis.gpu_usage import mean_utilisation
 from specguard.analysis.slo import compare_goodput
 from specguard.check.outputs import cell_equivalence
-from specguard.check.plan import CheckPlan, plan_cells
+from specguard.check.plan import CheckPlan, TrafficLevel, plan_cells
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
 from specguard.verdict import CellComparison, OneArmCell
+from specguard.verdict.model import LevelComparison
 
 _CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
+# The percentiles a traffic level's latency guardrails are tested at: P99, and where it is not yet resolvable, the
+# highest that is (NO-GO side only; verdict/level_guards.py says why).
+LEVEL_PERCENTILES = {"p99": 0.99, "p90": 0.90, "p50": 0.50}
+# One cell x segment's requests per repetition, per arm, for a traffic level's pooled tests.
+_CellRecords = tuple[list[list[RequestRecord]], list[list[RequestRecord]]]
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:
@@ -31,7 +38,13 @@ def _acceptance_rate(summaries: Sequence[Summary]) -> float | None:
 
 def cell_comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> list[CellComparison]:
     """Every cell measured on both arms, segment by segment; ``skip``: cell keys not to compare (the verdict says why)."""
+    return comparisons(plan, out, skip)[0]
+
+
+def comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> tuple[list[CellComparison], list[LevelComparison]]:
+    """The cells (``cell_comparisons``) and each traffic level's guardrails over its cells, from one read of the runs."""
     cells: list[CellComparison] = []
+    pooled: dict[str, list[_CellRecords]] = {}
     for cell in plan_cells(plan):
         key, traffic, sampling = cell.key, cell.traffic, cell.sampling
         if key in skip:
@@ -50,6 +63,7 @@ def cell_comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> 
         for seg in segments:
             b = [[r for r in rep if r.segment == seg] for rep in records["baseline"]]
             c = [[r for r in rep if r.segment == seg] for rep in records["candidate"]]
+            pooled.setdefault(traffic.name, []).append((b, c))
             m = compare_repetitions(
                 b,
                 c,
@@ -120,7 +134,43 @@ def cell_comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> 
                     equivalence=equivalence.get(seg) if equivalence is not None else None,
                 )
             )
-    return cells
+    return cells, [
+        level_comparison(plan, traffic, pooled[traffic.name], cells) for traffic in plan.levels if traffic.name in pooled
+    ]
+
+
+def level_comparison(
+    plan: CheckPlan, traffic: TrafficLevel, records: list[_CellRecords], cells: list[CellComparison]
+) -> LevelComparison:
+    """One traffic level's P99/P90/P50 E2E and TTFT over all its cells (a stratified bootstrap), and its goodput."""
+    st = plan.statistics
+    tables = {}
+    for metric in ("e2e_ms", "ttft_ms"):
+        base = [[metric_values(rep, metric) for rep in b] for b, _ in records]
+        cand = [[metric_values(rep, metric) for rep in c] for _, c in records]
+        tables[metric] = {
+            name: compare_pooled_percentile(
+                base,
+                cand,
+                q,
+                seed=plan.seed,
+                resamples=st.resamples,
+                min_tail=st.min_tail_samples,
+                target_change=plan.objective.min_improvement,
+            )
+            for name, q in LEVEL_PERCENTILES.items()
+        }
+    at = [c for c in cells if c.traffic == traffic.name]
+    goodputs = [r for c in at if (r := c.metrics.get("goodput", {}).get("rate")) is not None]
+    return LevelComparison(
+        traffic=traffic.name,
+        offered_load=traffic.offered_load,
+        target=traffic.target,
+        cells=[c.name for c in at],
+        e2e=tables["e2e_ms"],
+        ttft=tables["ttft_ms"],
+        goodput=pool_log_ratios(goodputs) if goodputs else None,
+    )
 
 
 def _sum_or_none(xs: Sequence[float | None]) -> float | None:

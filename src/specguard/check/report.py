@@ -10,10 +10,11 @@ is the one place that gathers a report's data (with ``aggregate`` and
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
-from specguard.check.aggregate import cell_comparisons, one_arm_cells
+from specguard.check.aggregate import comparisons, one_arm_cells
 from specguard.check.baseline import BASELINE_REPETITION, baseline_warnings, late_checks
 from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
@@ -36,6 +37,7 @@ from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_js
 from specguard.sim.marker import is_simulated_version
 from specguard.verdict import decide
 from specguard.verdict.load_range import help_hurt_lines
+from specguard.verdict.model import SINGLE_LOOK, Look, LookRecord
 
 __all__ = ["VERDICT_SCHEMA", "VerdictFile", "build_report_data", "build_verdict", "load_check", "write_outputs"]
 
@@ -109,11 +111,15 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     return inventory
 
 
-def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
-    """verdict.json of a complete check, decided from its stored runs."""
+def build_verdict(record: CheckRecord, out: Path, look: Look = SINGLE_LOOK, looks: Sequence[LookRecord] = ()) -> VerdictFile:
+    """verdict.json of a complete check, decided from its stored runs.
+
+    ``look``: a sequential check's look, whose share of the error the verdict is decided at (``check
+    --until-decided``); ``looks``: the looks taken before it, recorded in verdict.json as they were.
+    """
     plan = record.measured_plan
     late = late_checks(record, out)
-    cells = cell_comparisons(plan, out, skip=late.mismatched)
+    cells, levels = comparisons(plan, out, skip=late.mismatched)
     verdict = decide(
         cells,
         plan.objective,
@@ -122,6 +128,8 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         one_arm_cells(plan, out),
         plan.equivalence,
         baseline_mismatches=list(late.mismatched.values()),
+        levels=levels,
+        look=look,
     )
     inventory = observed_inventory(record, out)
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
@@ -150,6 +158,7 @@ def build_verdict(record: CheckRecord, out: Path) -> VerdictFile:
         labels=record.plan.labels,
         equivalence=equivalence_table(cells, verdict.reasons, greedy, eq.guardrail, eq.max_extra_divergence),
         baseline_imports=record.baseline_imports,
+        looks=list(looks),
     )
 
 

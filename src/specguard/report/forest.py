@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from specguard.report.data import Forest, ForestRow
 from specguard.verdict import CellComparison, Reason
+from specguard.verdict.level_guards import WHOLE_CHECK
 
 __all__ = ["REPORT_DEFINITIONS", "deciding_cells", "deciding_line", "forest"]
 
@@ -23,7 +24,8 @@ REPORT_DEFINITIONS = {
     "baseline and its 95 % interval; dotted at x1 (no change), dashed at the line it is held to (1 - min_improvement "
     "for a lower-is-better objective, 1 + it for a higher-is-better one, 1 + the budget for a guardrail); red rows "
     "are those the verdict's reasons name. The error rate (a difference, not a ratio) is in the tables",
-    "deciding cells": "the cells and metrics named by the verdict's first-rank reasons (not the 'also:' ones)",
+    "deciding cells": "the cells, traffic levels or the whole check, with the metrics, named by the verdict's "
+    "first-rank reasons (not the 'also:' ones)",
     "ECDF": "empirical cumulative distribution: the fraction of values <= x, x on a log axis; drawn from every value "
     "of the top 1 % and 600 evenly spaced ranks below, with p95 and p99 (numpy's linear rule, over all values) marked",
     "warning groups": "the warnings of one kind counted (in runs for a run's client warnings, in cells for a cell's), "
@@ -32,12 +34,19 @@ REPORT_DEFINITIONS = {
 
 
 def deciding_cells(reasons: Sequence[Reason]) -> dict[str, list[str]]:
-    """Cell -> the metrics the verdict's first-rank reasons name there ("also:" reasons left out), in order."""
+    """Where -> the metrics the verdict's first-rank reasons name there ("also:" reasons left out), in order.
+
+    Where is the cell, or for a guardrail tested over a traffic level "level <name>", or for one tested over
+    the whole check (the error rate) "the whole check"; a reason that names no metric and no place is left out.
+    """
     out: dict[str, list[str]] = {}
     for r in reasons:
-        if r.cell is None or r.secondary:
+        if r.secondary:
             continue
-        metrics = out.setdefault(r.cell, [])
+        where = r.cell or (f"level {r.level}" if r.level else (WHOLE_CHECK if r.metric == "error_rate" else None))
+        if where is None:
+            continue
+        metrics = out.setdefault(where, [])
         if r.metric is not None and r.metric not in metrics:
             metrics.append(r.metric)
     return out

@@ -144,7 +144,9 @@ def _guard(cell: CellComparison, reasons: Sequence[Reason], guardrail: bool) -> 
     if not guardrail:
         return "off"
     for r in reasons:
-        if r.cell == cell.name and r.metric == DIVERGENCE and r.code in _CODES:
+        # level scope (the default) tests divergence once per traffic level: its reason names the level, not the cell
+        here = r.cell == cell.name or (r.cell is None and r.level == cell.traffic)
+        if here and r.metric == DIVERGENCE and r.code in _CODES:
             return _CODES[r.code]
     assert cell.equivalence is not None  # the caller's rows have one
     (_, nb), (_, nc) = divergence_counts(cell.equivalence)

@@ -11,6 +11,15 @@ within theirs, no crash or OOM, and no cell was measured on one arm only. A
 guardrail is NO-GO only when it lies beyond its budget with Holm's correction
 over all guardrail tests of the plan; straddling the budget is INCONCLUSIVE
 (see ``budget_tests`` for why this shape).
+
+Where the guardrails are tested is the plan's ``guardrails.scope``: ``level``
+(the default) tests P99 E2E / TTFT, goodput and greedy divergence once per
+traffic level over its cells and the error rate once over the whole check
+(``level_guards``); ``cell`` tests every guardrail in every cell
+(``cell_guards``). A sequential check (``check --until-decided``) decides at
+each look with that look's share of the error (``sequential``): the GO side's
+bounds at ``look.alpha_go``, Holm's family at ``look.alpha_nogo``; before the
+last look an objective that shows no improvement yet is undecided, not NO-GO.
 """
 
 from __future__ import annotations
@@ -22,27 +31,28 @@ from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import higher_utilisation_warning
 from specguard.report.numbers import fmt_change, fmt_ratio_ci
-from specguard.verdict.budget_tests import (
-    error_difference_interval,
-    error_p_beyond,
-    holm,
-    ratio_p_beyond,
-    ratio_upper,
-    requests_to_resolve,
-)
-from specguard.verdict.guards import GuardTest, equivalence_guard, equivalence_warnings, error_advice, goodput_guard
+from specguard.verdict.budget_tests import GO_SIDE_ALPHA, holm, ratio_lower, ratio_upper
+from specguard.verdict.cell_guards import cell_guard_tests
+from specguard.verdict.guards import GuardTest, equivalence_warnings
+from specguard.verdict.level_guards import WHOLE_CHECK, confined_regression_warnings, level_guard_tests
 from specguard.verdict.model import (
+    SINGLE_LOOK,
     CellComparison,
     CellLine,
     Crossover,
     EquivalenceRule,
     Failure,
     GuardrailRule,
+    LevelComparison,
+    Look,
     ObjectiveRule,
     OneArmCell,
     Reason,
     ReasonCode,
     Status,
+    TestAtLook,
+    TestOutcome,
+    Undecided,
     Verdict,
     VerdictName,
 )
@@ -55,10 +65,18 @@ def objective_gain(obj: RatioResult, higher_is_better: bool) -> tuple[float, flo
     return 1 - obj.ratio, 1 - obj.ci_high, 1 - obj.ci_low
 
 
-def cell_status(cell: CellComparison, higher_is_better: bool) -> Status:
+def objective_bounds(obj: RatioResult, higher_is_better: bool, alpha: float = GO_SIDE_ALPHA) -> tuple[float, float, float]:
+    """(change, low, high) as ``objective_gain``, the bounds one-sided at ``alpha`` each (the 95 % interval at 2.5 %)."""
+    lo, hi = ratio_lower(obj, alpha), ratio_upper(obj, alpha)
+    if higher_is_better:
+        return obj.ratio - 1, lo - 1, hi - 1
+    return 1 - obj.ratio, 1 - hi, 1 - lo
+
+
+def cell_status(cell: CellComparison, higher_is_better: bool, alpha: float = GO_SIDE_ALPHA) -> Status:
     if not cell.objective.enough_samples:
         return "inconclusive"
-    _, low, high = objective_gain(cell.objective, higher_is_better)
+    _, low, high = objective_bounds(cell.objective, higher_is_better, alpha)
     if low > 0:
         return "better"
     if high < 0:
@@ -76,21 +94,32 @@ def failure_reasons(failures: Sequence[Failure]) -> list[Reason]:
     ]
 
 
-def cell_line(cell: CellComparison, obj_name: str, higher: bool) -> CellLine:
+def cell_line(cell: CellComparison, obj_name: str, higher: bool, alpha: float = GO_SIDE_ALPHA) -> CellLine:
     o = cell.objective
     # a ratio with its interval, never "1 - ratio" as a percentage: that once read "-1197516 %"
     text = (
         f"{obj_name} {o.baseline:.2f} -> {o.candidate:.2f} ({fmt_ratio_ci(o.ratio, o.ci_low, o.ci_high)}; {fmt_change(o.ratio)})"
     )
-    status = cell_status(cell, higher)
+    status = cell_status(cell, higher, alpha)
     return CellLine(traffic=cell.traffic, sampling=cell.sampling, segment=cell.segment, status=status, text=text)
 
 
-def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveRule, obj_name: str) -> Reason | None:
-    """What the objective says at a target cell: None when it improves by the minimum, with confidence."""
+def objective_reason(
+    cell: CellComparison, line: CellLine, objective: ObjectiveRule, obj_name: str, look: Look = SINGLE_LOOK
+) -> Reason | None:
+    """What the objective says at a target cell: None when it improves by the minimum, with confidence.
+
+    Before a sequential check's last look, no detectable improvement (or one below the minimum) is undecided:
+    more requests may still show it; at the last look (and in a check of one look) it is NO-GO as ever.
+    """
     higher = objective.metric in HIGHER_IS_BETTER
-    gain, low, high = objective_gain(cell.objective, higher)
+    gain, low, high = objective_bounds(cell.objective, higher, look.alpha_go)
     numbers = {"gain": gain, "ci_low": low, "ci_high": high}
+    if not look.final and (
+        line.status == "no detectable difference" or (line.status == "better" and gain < objective.min_improvement)
+    ):
+        text = f"{obj_name} at target {cell.name} not yet decided at look {look.index} of {look.of}: {line.text}"
+        return Reason(code="objective_undecided", numbers=numbers, text=text, cell=cell.name, metric=obj_name)
     if line.status == "inconclusive":
         need = cell.objective.more_requests_needed
         return Reason(
@@ -115,74 +144,26 @@ def objective_reason(cell: CellComparison, line: CellLine, objective: ObjectiveR
     return None
 
 
-def ratio_guard(name: str, r: RatioResult, budget: float, where: str) -> GuardTest:
-    """A P99 guardrail as a test of "ratio <= 1 + budget"."""
-    numbers = {"ratio": r.ratio, "ci_low": r.ci_low, "ci_high": r.ci_high, "budget": budget}
-    if not r.enough_samples:
-        per_arm = min(r.n_baseline, r.n_candidate)
-        reason = Reason(
-            code="guardrail_unverified",
-            cell=where,
-            metric=name,
-            numbers={"requests_per_arm": per_arm, "more_requests_needed": r.more_requests_needed},
-            text=f"{name} at {where} unverified: {per_arm} requests per arm, {r.more_requests_needed} more needed",
-        )
-        return GuardTest(where, name, budget, 1.0, False, numbers, r.more_requests_needed, reason)
-    limit = 1 + budget
-    within = ratio_upper(r) <= limit
-    return GuardTest(where, name, budget, ratio_p_beyond(r, limit), within, numbers, requests_to_resolve(r, limit))
-
-
-def error_counts(cell: CellComparison) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(errors, requests) per arm; a cell without counts (older inputs) takes them from its rates and P99 E2E sizes."""
-    eb, nb, ec, nc = cell.errors_baseline, cell.requests_baseline, cell.errors_candidate, cell.requests_candidate
-    if eb is not None and nb is not None and ec is not None and nc is not None:
-        return (eb, nb), (ec, nc)
-    nb, nc = cell.p99_e2e.n_baseline, cell.p99_e2e.n_candidate
-    return (round(cell.error_rate_baseline * nb), nb), (round(cell.error_rate_candidate * nc), nc)
-
-
-def error_guard(cell: CellComparison, budget: float) -> GuardTest:
-    """The error rate as a two-proportion test of "candidate rate - baseline rate <= budget"."""
-    (eb, nb), (ec, nc) = error_counts(cell)
-    numbers = {"baseline": cell.error_rate_baseline, "candidate": cell.error_rate_candidate, "budget": budget}
-    if nb == 0 or nc == 0:
-        reason = Reason(
-            code="guardrail_unverified",
-            cell=cell.name,
-            metric="error_rate",
-            numbers={"requests_per_arm": min(nb, nc), "more_requests_needed": 0},
-            text=f"error rate at {cell.name} unverified: an arm without requests",
-        )
-        return GuardTest(cell.name, "error_rate", budget, 1.0, False, numbers, 0, reason)
-    lo, hi = error_difference_interval((eb, nb), (ec, nc))
-    numbers |= {"ci_low": lo, "ci_high": hi, "errors_baseline": eb, "errors_candidate": ec}
-    numbers |= {"requests_baseline": nb, "requests_candidate": nc}
-    p = error_p_beyond((eb, nb), (ec, nc), budget)
-    return GuardTest(cell.name, "error_rate", budget, p, hi <= budget, numbers, error_advice(lo, hi, budget, min(nb, nc)))
-
-
-def guard_tests(cell: CellComparison, guardrails: GuardrailRule, equivalence: EquivalenceRule | None = None) -> list[GuardTest]:
-    """The cell's guardrail tests: P99 E2E, P99 TTFT, error rate; goodput and greedy outputs when the plan asks."""
-    tests = [
-        ratio_guard("P99 E2E", cell.p99_e2e, guardrails.max_p99_e2e_regression, cell.name),
-        ratio_guard("P99 TTFT", cell.p99_ttft, guardrails.max_p99_ttft_regression, cell.name),
-        error_guard(cell, guardrails.max_error_rate_increase),
-    ]
-    if guardrails.max_goodput_drop is not None and (g := goodput_guard(cell, guardrails.max_goodput_drop)) is not None:
-        tests.append(g)
-    if equivalence is not None and equivalence.guardrail:
-        if (e := equivalence_guard(cell, equivalence.max_extra_divergence)) is not None:
-            tests.append(e)
-    return tests
+def _where(t: GuardTest) -> tuple[str | None, str | None]:
+    """(cell, level) of a reason from the test: a cell's name, a traffic level's name, or neither (the whole check)."""
+    if t.level is not None:
+        return None, t.level
+    return (None, None) if t.cell == WHOLE_CHECK else (t.cell, None)
 
 
 def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
-    """What a guardrail says: beyond its budget (Holm-rejected), straddling it, or None when it holds."""
+    """What a guardrail says: beyond its budget (Holm-rejected), straddling it, or None when it holds.
+
+    A test of the NO-GO side alone (a P90/P50 in place of an unresolvable P99, a traffic level's error rate
+    beside the whole check's) speaks only when it is beyond: it never holds a GO back.
+    """
+    if t.nogo_only and not beyond:
+        return None
     if t.unverified is not None:
         return t.unverified
     numbers = t.numbers | {"p_value": t.p_beyond}
     lo, hi = t.numbers["ci_low"], t.numbers["ci_high"]
+    cell, level = _where(t)
     code: ReasonCode
     unresolved: ReasonCode
     if t.codes is not None and t.what is not None:
@@ -190,32 +171,52 @@ def guard_reason(t: GuardTest, beyond: bool) -> Reason | None:
         text = f"{t.label} {t.verb} at {t.cell}: {what}"
     elif t.metric == "error_rate":
         b, c = t.numbers["baseline"], t.numbers["candidate"]
-        what = f"{b:.1%} -> {c:.1%} (difference 95% CI {lo:+.1%} to {hi:+.1%}), budget +{t.budget:.1%}"
+        counts = ""
+        if "errors_baseline" in t.numbers and "requests_baseline" in t.numbers:
+            counts = (
+                f" ({t.numbers['errors_baseline']:.0f} / {t.numbers['requests_baseline']:.0f} vs "
+                f"{t.numbers['errors_candidate']:.0f} / {t.numbers['requests_candidate']:.0f})"
+            )
+        what = f"{b:.1%} -> {c:.1%}{counts} (difference 95% CI {lo:+.1%} to {hi:+.1%}), budget +{t.budget:.1%}"
         code, text = "error_rate_rose", f"error rate rose at {t.cell}: {what}"
         unresolved = "error_rate_unresolved"
     else:
         what = f"x{t.numbers['ratio']:.2f} (95% CI x{lo:.2f} to x{hi:.2f}), budget +{t.budget:.0%}"
         code, text = "guardrail_regressed", f"{t.metric} regressed at {t.cell}: {what}"
         unresolved = "guardrail_unresolved"
+    if t.note:
+        text += f"; {t.note}"
     if beyond:
-        return Reason(code=code, cell=t.cell, metric=t.metric, numbers=numbers, text=text)
+        return Reason(code=code, cell=cell, level=level, metric=t.metric, numbers=numbers, text=text)
     if t.within:
         return None
     need = t.more_requests_needed
     numbers["more_requests_needed"] = need
     name = t.label or ("error rate" if t.metric == "error_rate" else t.metric)
     text = f"{name} at {t.cell} straddles its budget: {what}; about {need} more requests per arm would resolve it"
-    return Reason(code=unresolved, cell=t.cell, metric=t.metric, numbers=numbers, text=text)
+    return Reason(code=unresolved, cell=cell, level=level, metric=t.metric, numbers=numbers, text=text)
 
 
-def guardrail_verdicts(
-    cells: Sequence[CellComparison], guardrails: GuardrailRule, equivalence: EquivalenceRule | None = None
-) -> list[list[Reason]]:
-    """Per cell, its guardrails' reasons; the NO-GO claims made with Holm's correction over the whole plan."""
-    tests = [guard_tests(c, guardrails, equivalence) for c in cells]
-    flat = [t for ts in tests for t in ts if t.unverified is None]
-    beyond = {id(t): b for t, b in zip(flat, holm([t.p_beyond for t in flat]))}
-    return [[r for t in ts if (r := guard_reason(t, beyond.get(id(t), False))) is not None] for ts in tests]
+def guardrail_tests(
+    cells: Sequence[CellComparison],
+    levels: Sequence[LevelComparison],
+    guardrails: GuardrailRule,
+    equivalence: EquivalenceRule | None,
+    alpha: float,
+) -> list[GuardTest]:
+    """Every guardrail test of the plan, at the scope it asks: per traffic level and the whole check, or per cell.
+
+    The level scope needs the levels' pooled comparisons; a caller with cells alone gets the cell scope.
+    """
+    if levels and guardrails.scope == "level":
+        return level_guard_tests(levels, cells, guardrails, equivalence, alpha)
+    return [t for c in cells for t in cell_guard_tests(c, guardrails, equivalence, alpha)]
+
+
+def holm_beyond(tests: Sequence[GuardTest], alpha: float) -> dict[int, bool]:
+    """Which tests lie beyond their budget, with Holm's correction at ``alpha`` over every test that could be tested."""
+    flat = [t for t in tests if t.unverified is None]
+    return {id(t): b for t, b in zip(flat, holm([t.p_beyond for t in flat], alpha))}
 
 
 def preemption_reasons(cell: CellComparison, guardrails: GuardrailRule) -> list[Reason]:
@@ -275,9 +276,10 @@ def cell_reasons(
     obj_name: str,
     guardrails: GuardrailRule,
     guards: list[Reason],
+    look: Look = SINGLE_LOOK,
 ) -> list[Reason]:
     """Everything one cell says against GO, in the order people read it: objective, tails and errors, preemptions."""
-    obj = objective_reason(cell, line, objective, obj_name) if cell.target else None
+    obj = objective_reason(cell, line, objective, obj_name, look) if cell.target else None
     return ([obj] if obj else []) + guards + preemption_reasons(cell, guardrails)
 
 
@@ -294,6 +296,7 @@ def one_arm_reason(c: OneArmCell) -> Reason:
 UNSURE: frozenset[str] = frozenset(
     {
         "objective_undersampled",
+        "objective_undecided",
         "guardrail_unverified",
         "guardrail_unresolved",
         "error_rate_unresolved",
@@ -328,26 +331,43 @@ def decide(
     one_arm: Sequence[OneArmCell] = (),
     equivalence: EquivalenceRule | None = None,
     baseline_mismatches: Sequence[tuple[str, str]] = (),
+    levels: Sequence[LevelComparison] = (),
+    look: Look = SINGLE_LOOK,
 ) -> Verdict:
     """The verdict; ``one_arm`` names the cells that only one arm measured (each keeps GO out of reach).
 
     ``equivalence`` (the plan's ``equivalence:``) makes greedy-output divergence a guardrail when it says so;
     its warning is given either way. ``baseline_mismatches``: (cell, what differs) for cells whose imported
     baseline proved, once the candidate ran, not to be of the same prompts; like a one-arm cell, no GO.
+    ``levels``: each traffic level's pooled comparison, for ``guardrails.scope: level``. ``look``: which look of a
+    sequential check this is, and its share of the error rates (one look at the fixed levels by default).
     """
     higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
-    lines = [cell_line(c, obj_name, higher) for c in cells]
-    guards = guardrail_verdicts(cells, guardrails, equivalence)
+    lines = [cell_line(c, obj_name, higher, look.alpha_go) for c in cells]
+    tests = guardrail_tests(cells, levels, guardrails, equivalence, look.alpha_go)
+    beyond = holm_beyond(tests, look.alpha_nogo)
+    by_test = [(t, guard_reason(t, beyond.get(id(t), False))) for t in tests]
+    per_cell: dict[str, list[Reason]] = defaultdict(list)
+    pooled: list[Reason] = []
+    for t, r in by_test:
+        if r is not None:
+            (per_cell[t.cell] if t.level is None and t.cell != WHOLE_CHECK else pooled).append(r)
+    objective_reasons = {
+        c.name: objective_reason(c, line, objective, obj_name, look) for c, line in zip(cells, lines) if c.target
+    }
     found = failure_reasons(failures) + [
-        r for c, line, g in zip(cells, lines, guards) for r in cell_reasons(c, line, objective, obj_name, guardrails, g)
+        r for c, line in zip(cells, lines) for r in cell_reasons(c, line, objective, obj_name, guardrails, per_cell[c.name], look)
     ]
+    found += pooled
     found += [one_arm_reason(c) for c in one_arm]
     found += [baseline_mismatch_reason(cell, detail) for cell, detail in baseline_mismatches]
     nogo = [r for r in found if not is_unsure(r)]
     unsure = condense([r for r in found if is_unsure(r)])
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))
     warnings = [w for c in cells for w in cell_warnings(c)]
+    if levels and guardrails.scope == "level":
+        warnings += confined_regression_warnings(cells, guardrails)
     return Verdict(
         verdict=verdict,
         reasons=reasons,
@@ -355,7 +375,78 @@ def decide(
         warnings=sorted(set(warnings), key=warnings.index),
         crossover=crossovers(cells, higher),
         objective=obj_name,
+        tests=tests_at_look(cells, objective_reasons, obj_name, higher, look, by_test, beyond),
+        undecided=undecided_traffic(cells, objective_reasons, by_test, beyond) if verdict == "INCONCLUSIVE" else [],
     )
+
+
+def tests_at_look(
+    cells: Sequence[CellComparison],
+    objective_reasons: dict[str, Reason | None],
+    obj_name: str,
+    higher: bool,
+    look: Look,
+    by_test: Sequence[tuple[GuardTest, Reason | None]],
+    beyond: dict[int, bool],
+) -> list[TestAtLook]:
+    """Every test as it stood: the objective at each target cell, then each guardrail, for a look's record."""
+    out = []
+    outcome: TestOutcome
+    for c in cells:
+        if c.name not in objective_reasons:
+            continue
+        r = objective_reasons[c.name]
+        lo, hi = ratio_lower(c.objective, look.alpha_go), ratio_upper(c.objective, look.alpha_go)
+        outcome = "within" if r is None else ("undecided" if is_unsure(r) else "beyond")
+        out.append(TestAtLook(name=f"{obj_name} at {c.name}", ci_low=lo, ci_high=hi, outcome=outcome))
+    for t, _ in by_test:
+        if t.unverified is not None:
+            out.append(TestAtLook(name=f"{t.metric} at {t.cell}", outcome="undecided"))
+            continue
+        hit = beyond.get(id(t), False)
+        outcome = "beyond" if hit else ("within" if t.within and not t.nogo_only else "undecided")
+        if t.nogo_only and not hit:
+            outcome = "within" if t.p_beyond > 0.5 else "undecided"
+        out.append(
+            TestAtLook(
+                name=f"{t.metric} at {t.cell}",
+                ci_low=t.numbers.get("ci_low"),
+                ci_high=t.numbers.get("ci_high"),
+                p_value=t.p_beyond,
+                outcome=outcome,
+            )
+        )
+    return out
+
+
+def undecided_traffic(
+    cells: Sequence[CellComparison],
+    objective_reasons: dict[str, Reason | None],
+    by_test: Sequence[tuple[GuardTest, Reason | None]],
+    beyond: dict[int, bool],
+) -> list[Undecided]:
+    """The (traffic level, sampling) blocks whose tests more requests could still decide; a level's guardrail: all samplings."""
+    by_name = {c.name: c for c in cells}
+    whole: set[str] = set()
+    pairs: set[tuple[str, str]] = set()
+    for name, r in objective_reasons.items():
+        if r is not None and is_unsure(r):
+            pairs.add((by_name[name].traffic, by_name[name].sampling))
+    for t, r in by_test:
+        if r is None or not is_unsure(r) or beyond.get(id(t), False):
+            continue
+        if t.level is not None:
+            whole.add(t.level)
+        elif t.cell == WHOLE_CHECK:
+            whole |= {c.traffic for c in cells}
+        elif t.cell in by_name:
+            pairs.add((by_name[t.cell].traffic, by_name[t.cell].sampling))
+    order = list(dict.fromkeys(c.traffic for c in cells))
+    out = [Undecided(traffic=lv) for lv in order if lv in whole]
+    out += [
+        Undecided(traffic=tr, sampling=sm) for tr, sm in sorted(pairs, key=lambda p: (order.index(p[0]), p[1])) if tr not in whole
+    ]
+    return out
 
 
 def cell_warnings(cell: CellComparison) -> list[str]:

@@ -5,7 +5,7 @@ must stay at or above 1 - budget); the greedy-output divergence is the error
 rate's two-proportion test: the candidate's share of outputs that differ from
 the baseline's reference minus the baseline's own share (see
 ``analysis.equivalence``), against ``max_extra_divergence``. Both join the Holm
-family of ``decide.guardrail_verdicts``.
+family of ``decide.holm_beyond``.
 
 The warning rule (always, guardrail or not): the candidate's divergence share
 rose over the baseline's own when the 95 % Newcombe interval of the difference

@@ -44,6 +44,7 @@ from specguard.verdict.budget_tests import (
     requests_to_resolve,
     z_one_sided,
 )
+from specguard.verdict.cell_guards import error_counts
 from specguard.verdict.guards import DIVERGENCE, GuardTest, divergence_counts, error_advice, goodput_test
 from specguard.verdict.model import CellComparison, EquivalenceRule, GuardrailRule, LevelComparison, Reason
 from specguard.verdict.stratified import Stratum, stratified_difference, stratified_p_beyond
@@ -113,8 +114,6 @@ def _latency_tests(level: LevelComparison, guardrails: GuardrailRule, alpha: flo
 
 def error_strata(cells: Sequence[CellComparison]) -> list[Stratum]:
     """(errors, requests) per arm of every cell: the error rate's strata."""
-    from specguard.verdict.decide import error_counts  # one owner of the counts and their fallback for older cells
-
     return [error_counts(c) for c in cells]
 
 

@@ -37,6 +37,7 @@ ReasonCode = Literal[
     "sequential_budget_spent",
 ]
 GuardrailScope = Literal["level", "cell"]
+TestOutcome = Literal["within", "beyond", "undecided"]
 
 
 class ObjectiveRule(Protocol):
@@ -207,7 +208,7 @@ class TestAtLook(BaseModel):
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None  # the NO-GO side's one-sided p (beyond the budget)
-    outcome: Literal["within", "beyond", "undecided"]
+    outcome: TestOutcome
 
 
 class Undecided(BaseModel):

@@ -66,7 +66,7 @@ def test_the_report_opens_with_the_forest_and_the_banner_names_the_deciding_cell
     v, f = data.verdict, data.charts.forest
     assert f is not None and {r.metric for r in f.rows} == {v.objective, "P99 E2E", "P99 TTFT"}
     line = deciding_line(v.reason_details)
-    assert line is not None and "steady / greedy / default" in line  # the one cell, named by the reasons
+    assert line is not None and "level steady (P99 E2E, P99 TTFT)" in line  # the level, named by its reasons
     html = render_html(data)
     assert f'<p id="deciding"><b>{line}</b></p>' in html
     # the forest is the first chart, right under the banner, before the tables

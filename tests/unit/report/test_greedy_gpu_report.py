@@ -142,7 +142,7 @@ def test_the_greedy_table_quotes_the_comparison_in_markdown_html_and_the_termina
 def test_a_failed_and_a_straddling_guardrail_are_named_in_the_table_and_the_terminal(tmp_path):
     *_, failed = _check(tmp_path / "tight", guardrail=True, budget=0.01)
     assert failed.verdict.verdict == "NO-GO"
-    assert any(r.code == "output_diverged" and r.cell == CELL for r in failed.verdict.reason_details)
+    assert any(r.code == "output_diverged" and r.level == "steady" for r in failed.verdict.reason_details)  # level scope
     md = render_markdown(failed)
     assert MD_ROW + " warning; guardrail failed (NO-GO) |" in md
     assert "may exceed the baseline's own by at most 1.0 % (equivalence.max_extra_divergence)" in md

@@ -60,7 +60,7 @@ def test_the_check_report_draws_its_charts_in_chromium_offline(tmp_path):
     assert p["forest_lines"] == 2 * len(forest.metrics) and p["forest_above_tables"], p
     # the distributions: ECDFs (lines and marks), no box, on log axes
     assert p["dist_axes"] == ["log", "log"] and set(p["dist_traces"]) == {"scatter"}, p
-    assert "decided at steady / greedy / default" in p["deciding"]
+    assert "decided at the whole check (error_rate); level steady" in p["deciding"]  # level-scope guardrails
     assert "client send lag above 10 ms in 2 of 4 runs, worst 200 ms at steady / greedy / candidate" in p["warnings"]
     # the greedy-output table (header and the one greedy cell) and the GPU figures (header, the baseline's GPU)
     assert len(p["greedy_rows"]) == 2 and "18 of 120 (15.0 %)" in p["greedy_rows"][1], p["greedy_rows"]
