@@ -303,6 +303,18 @@ def check(
     dry_run: Annotated[
         bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
     ] = False,
+    pilot: Annotated[
+        Path | None,
+        typer.Option(help="With --dry-run: size from this run or check directory's measured spreads, not the stated defaults."),
+    ] = None,
+    assume_improvement: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=0.95, help="With --dry-run: the objective's assumed true gain (default 2 x min_improvement)."),
+    ] = None,
+    assume_guardrail_ratio: Annotated[
+        float,
+        typer.Option(min=0.5, max=2.0, help="With --dry-run: the assumed true P99 E2E and TTFT ratio (default 1: unchanged)."),
+    ] = 1.0,
     keep_output: Annotated[
         bool,
         typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
@@ -344,7 +356,16 @@ def check(
     if dry_run:
         if baseline_run:
             cells_of_arguments(plan, baseline_run)  # the cells named must be the plan's, as a real run requires
-        estimate = plan_dry_run(plan, baseline_imported=bool(baseline_run))
+        from specguard.check.pilot import pilot_spreads
+        from specguard.verdict.power import Effect
+
+        spreads, spreads_from = None, "stated defaults: the embedded CPU demo's; --pilot DIR measures yours"
+        if pilot is not None:
+            spreads, used = pilot_spreads(pilot, plan.objective.metric)
+            spreads_from = f"measured in {pilot}, {used} requests"
+        gain = 2 * plan.objective.min_improvement if assume_improvement is None else assume_improvement
+        effect = Effect(min(gain, 0.95), assume_guardrail_ratio, assume_guardrail_ratio)
+        estimate = plan_dry_run(plan, bool(baseline_run), effect, spreads, spreads_from)
         for line in render_dry_run(estimate, [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)
         raise typer.Exit(0)

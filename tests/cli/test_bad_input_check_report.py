@@ -217,3 +217,15 @@ def test_check_warns_when_the_plan_cannot_reach_go_before_any_traffic(cli: Cli, 
     r = cli.invoke(["check", write_plan(tmp_path / "plan.yaml"), "--out", tmp_path / "out"])
     warning = r.stderr.index("cannot reach GO")
     assert warning < r.stderr.index("error:")  # printed before the run refused by the guard
+
+
+def test_dry_run_sizes_from_a_pilot_and_refuses_a_pilot_that_is_not_a_run(cli: Cli, tmp_path: Path) -> None:
+    from tests.unit.report.test_report import make_check
+
+    _, pilot = make_check(tmp_path / "pilot")
+    plan = write_plan(tmp_path / "plan.yaml")
+    r = cli.ok(["check", plan, "--out", tmp_path / "out", "--dry-run", "--pilot", pilot, "--assume-improvement", "0.3"])
+    assert "if the objective is truly 30 % better" in r.stdout and f"measured in {pilot}, 120 requests" in r.stdout
+    cli.fails(
+        ["check", plan, "--out", tmp_path / "out", "--dry-run", "--pilot", tmp_path], USAGE, "--pilot expects a run directory"
+    )

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from specguard.check.plan import CheckPlan, TrafficLevel
 from specguard.check.requirements import plan_requirements, plan_warnings
+from specguard.verdict.power import POWER, Effect, LevelSize, Spreads, level_size
 
 __all__ = ["ASSUMED_ITL_MS", "ASSUMED_TTFT_MS", "DryRun", "LevelEstimate", "dry_run", "render_dry_run"]
 
@@ -36,6 +37,8 @@ class LevelEstimate(BaseModel):
     run_s: float | None  # one run's estimated wall time; None when it cannot be estimated
     assumed: bool  # run_s rests on the assumed request time (closed loop)
     short: bool  # planned < needed: no GO possible from this level
+    sized: LevelSize  # the requests per arm a GO needs here with 80 % power (``verdict.power``)
+    sized_s: float | None  # the wall time of that many requests per arm, both measured arms, at this level's pace
 
 
 class DryRun(BaseModel):
@@ -48,6 +51,9 @@ class DryRun(BaseModel):
     total_s: float | None
     assumed_request_s: float
     warnings: list[str]
+    effect: Effect  # the assumed truth the sizing is for
+    spreads: Spreads
+    spreads_from: str  # "stated defaults" or the pilot's path and request count
 
 
 def _per_run(t: TrafficLevel) -> int | None:
@@ -71,17 +77,46 @@ def _run_seconds(t: TrafficLevel, per_run: int | None, request_s: float) -> tupl
     return math.ceil(per_run / in_flight) * request_s, True
 
 
-def dry_run(plan: CheckPlan, baseline_imported: bool = False) -> DryRun:
-    """What ``check`` would send for ``plan``, per traffic level, with the totals and the time estimate.
+_QUANTILE = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+
+
+def dry_run(
+    plan: CheckPlan,
+    baseline_imported: bool = False,
+    effect: Effect | None = None,
+    spreads: Spreads | None = None,
+    spreads_from: str = "stated defaults",
+) -> DryRun:
+    """What ``check`` would send for ``plan``, per traffic level, with the totals, the time estimate and the sizing.
 
     ``baseline_imported``: the baseline comes from existing runs (``--baseline-run``), so only the candidate sends.
+    ``effect``: the assumed truth of the sizing (default: the objective at twice its minimum improvement, the
+    guardrails unchanged); ``spreads``: per-request log-spreads (default: ``Spreads()``, the CPU demo's).
     """
+    effect = effect or Effect(objective_gain=min(2 * plan.objective.min_improvement, 0.95))
+    spreads = spreads or Spreads()
+    g = plan.guardrails
+    budgets = (g.max_p99_e2e_regression, g.max_p99_ttft_regression)
     request_s = (ASSUMED_TTFT_MS + plan.max_tokens * ASSUMED_ITL_MS) / 1000
     cells = len(plan.sampling) * len(plan.prompts)
     levels = []
     for t, req in zip(plan.levels, plan_requirements(plan), strict=True):
         per_run = _per_run(t)
         run_s, assumed = _run_seconds(t, per_run, request_s)
+        sized = level_size(
+            t.name,
+            cells,
+            t.target,
+            len(plan.levels),
+            effect,
+            plan.objective.min_improvement,
+            budgets,
+            spreads,
+            _QUANTILE[plan.objective.percentile],
+            plan.statistics.min_tail_samples,
+        )
+        arms_sending = 1 if baseline_imported else 2
+        sized_s = None if run_s is None or not per_run else sized.per_cell / per_run * run_s * cells * arms_sending
         levels.append(
             LevelEstimate(
                 traffic=t.name,
@@ -92,6 +127,8 @@ def dry_run(plan: CheckPlan, baseline_imported: bool = False) -> DryRun:
                 run_s=run_s,
                 assumed=assumed,
                 short=req.planned is not None and req.planned < req.needed,
+                sized=sized,
+                sized_s=sized_s,
             )
         )
     arms = 1 if baseline_imported else 2
@@ -109,8 +146,20 @@ def dry_run(plan: CheckPlan, baseline_imported: bool = False) -> DryRun:
         total_requests=total_requests,
         total_s=total_s,
         assumed_request_s=request_s,
-        warnings=plan_warnings(plan),
+        warnings=plan_warnings(plan) + _sizing_warnings(levels),
+        effect=effect,
+        spreads=spreads,
+        spreads_from=spreads_from,
     )
+
+
+def _sizing_warnings(levels: list[LevelEstimate]) -> list[str]:
+    return [
+        f"level '{lv.traffic}' sends {lv.planned} requests per arm and cell, fewer than the {lv.sized.per_cell} a GO "
+        f"needs there with {POWER:.0%} power: expect INCONCLUSIVE unless the effect is larger than assumed".replace("%", " %")
+        for lv in levels
+        if lv.planned is not None and lv.planned < lv.sized.per_cell
+    ]
 
 
 def _duration(s: float | None) -> str:
@@ -139,5 +188,17 @@ def render_dry_run(d: DryRun, sampling: list[str], prompts: int) -> list[str]:
         f"estimate: open-loop levels last requests/rate; closed loops assume {d.assumed_request_s:g} s per request "
         f"({ASSUMED_TTFT_MS:g} ms TTFT + max_tokens x {ASSUMED_ITL_MS:g} ms ITL); server start-up and warm-up not counted"
     )
+    e, sp = d.effect, d.spreads
+    lines.append(
+        f"sizing: a GO with {POWER:.0%} power, if the objective is truly {e.objective_gain:.0%} better and "
+        f"P99 E2E x{e.e2e_ratio:g}, P99 TTFT x{e.ttft_ratio:g}; per-request log-spreads objective "
+        f"{sp.objective:.2f}, E2E {sp.e2e:.2f}, TTFT {sp.ttft:.2f} ({d.spreads_from}):".replace("%", " %")
+    )
+    for lv in d.levels:
+        sz = lv.sized
+        lines.append(
+            f"  {lv.traffic}: {sz.requests_per_arm} requests per arm ({sz.per_cell} per cell; set by {sz.limited_by}), "
+            f"about {_duration(lv.sized_s)} at this level's pace"
+        )
     lines.extend(f"warning: {w}" for w in d.warnings)
     return lines

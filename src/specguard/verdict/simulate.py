@@ -46,6 +46,7 @@ from specguard.verdict.model import (
     ObjectiveRule,
     Verdict,
 )
+from specguard.verdict.power import Spreads, quantile_sd_factor
 from specguard.verdict.sequential import look_schedule
 
 __all__ = [
@@ -60,25 +61,8 @@ __all__ = [
 ]
 
 Z = float(stats.norm.ppf(0.975))
+DEFAULT_SPREADS = Spreads()
 LEVEL_QUANTILES = {"p99": 0.99, "p90": 0.90, "p50": 0.50}
-
-
-def quantile_sd_factor(q: float) -> float:
-    """``c_q``: the sd of a sample q-quantile's log, per unit log-spread and per sqrt(request), for lognormal values."""
-    return math.sqrt(q * (1 - q)) / float(stats.norm.pdf(stats.norm.ppf(q)))
-
-
-@dataclass(frozen=True)
-class Spreads:
-    """Per-request log-spread (sd of the log) of each metric.
-
-    The defaults are those of the embedded CPU demo's measured runs, rounded up: per-token latency 0.30,
-    E2E 0.35, TTFT 0.25 (``check --dry-run --pilot`` measures a deployment's own).
-    """
-
-    objective: float = 0.30
-    e2e: float = 0.35
-    ttft: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -244,7 +228,7 @@ class _Draws:
 
 
 def synthetic_verdicts(
-    layout: Layout, truth: Truth, per_cell: int, draws: int, seed: int = 0, spreads: Spreads = Spreads()
+    layout: Layout, truth: Truth, per_cell: int, draws: int, seed: int = 0, spreads: Spreads = DEFAULT_SPREADS
 ) -> list[Verdict]:
     """``draws`` fixed-size checks of ``per_cell`` requests per arm in every cell, each decided at one look."""
     rng = np.random.default_rng(seed)
@@ -264,7 +248,7 @@ class SequentialOutcome:
 
 
 def run_sequential(
-    layout: Layout, truth: Truth, per_cell: int, max_per_arm: int, rng: np.random.Generator, spreads: Spreads = Spreads()
+    layout: Layout, truth: Truth, per_cell: int, max_per_arm: int, rng: np.random.Generator, spreads: Spreads = DEFAULT_SPREADS
 ) -> SequentialOutcome:
     """One ``check --until-decided``: ``per_cell`` requests per arm per cell a repetition, further repetitions of the
     undecided (level, sampling) blocks only, looks on the planned schedule, until decided or the budget is spent."""

@@ -23,6 +23,7 @@ so the test and the interval agree by construction.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -51,33 +52,25 @@ def restricted_rates(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(baseline, candidate) rates maximising each stratum's likelihood subject to candidate - baseline = delta.
 
-    The log-likelihood is concave in the baseline rate on the interval where both rates are in [0, 1], so
-    its maximum is where the derivative crosses zero, or an end of the interval: found by bisection, all
-    strata at once (60 halvings put it within 1e-18 of the root; Farrington & Manning's cubic gives the same
-    root in closed form, but loses digits when a stratum has no failure).
+    Farrington & Manning's closed form (1990, Statistics in Medicine 9:1447-1454, the cubic's trigonometric
+    root), all strata at once. Checked against a 60-step bisection of the likelihood's derivative over 20,000
+    random stratifications, no-failure strata included: the largest gap was 5e-9 (both arms at 0 errors,
+    delta 0, where the likelihood is flat), which moves no variance. The bisection cost 60 times as much and
+    made the operating-characteristics simulation (thousands of checks) take minutes instead of seconds.
     """
-    lo = np.full(xb.shape, max(0.0, -delta))
-    hi = np.full(xb.shape, min(1.0, 1.0 - delta))
-
-    def slope(pb: np.ndarray) -> np.ndarray:
-        pc = pb + delta
-        with np.errstate(divide="ignore", invalid="ignore"):
-            terms = (
-                np.where(xb > 0, xb / pb, 0.0)
-                - np.where(nb - xb > 0, (nb - xb) / (1 - pb), 0.0)
-                + np.where(xc > 0, xc / pc, 0.0)
-                - np.where(nc - xc > 0, (nc - xc) / (1 - pc), 0.0)
-            )
-        cleaned: np.ndarray = np.nan_to_num(terms, nan=0.0, posinf=1e300, neginf=-1e300)
-        return cleaned
-
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        rising = slope(mid) > 0
-        lo = np.where(rising, mid, lo)
-        hi = np.where(rising, hi, mid)
-    base = (lo + hi) / 2
-    return base, np.clip(base + delta, 0.0, 1.0)
+    th = nb / nc  # the candidate is "group 1" of the published formula, the baseline "group 2"
+    p1, p2 = xc / nc, xb / nb
+    a = 1 + th
+    b = -(1 + th + p1 + th * p2 + delta * (th + 2))
+    c = delta * delta + delta * (2 * p1 + th + 1) + p1 + th * p2
+    e = -p1 * delta * (1 + delta)
+    v = b**3 / (27 * a**3) - b * c / (6 * a * a) + e / (2 * a)
+    u = np.sign(v) * np.sqrt(np.maximum(b * b / (9 * a * a) - c / (3 * a), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosine = np.where(u == 0, 1.0, v / u**3)
+    w = (math.pi + np.arccos(np.clip(cosine, -1.0, 1.0))) / 3
+    cand = np.clip(2 * u * np.cos(w) - b / (3 * a), max(0.0, delta), min(1.0, 1.0 + delta))
+    return cand - delta, cand
 
 
 def _weights(nb: np.ndarray, nc: np.ndarray) -> np.ndarray:
@@ -86,11 +79,7 @@ def _weights(nb: np.ndarray, nc: np.ndarray) -> np.ndarray:
     return normalised
 
 
-def stratified_score(strata: Sequence[Stratum], delta: float) -> float:
-    """Z(delta) of the module docstring: positive when the pooled difference lies above ``delta``."""
-    xb, nb, xc, nc = _arrays(strata)
-    if xb.size == 0:
-        return 0.0
+def _score(xb: np.ndarray, nb: np.ndarray, xc: np.ndarray, nc: np.ndarray, delta: float) -> float:
     w = _weights(nb, nc)
     d = xc / nc - xb / nb
     pb, pc = restricted_rates(xb, nb, xc, nc, delta)
@@ -103,8 +92,23 @@ def stratified_score(strata: Sequence[Stratum], delta: float) -> float:
     return num / den
 
 
+def stratified_score(strata: Sequence[Stratum], delta: float) -> float:
+    """Z(delta) of the module docstring: positive when the pooled difference lies above ``delta``."""
+    xb, nb, xc, nc = _arrays(strata)
+    if xb.size == 0:
+        return 0.0
+    return _score(xb, nb, xc, nc, delta)
+
+
 def stratified_difference(strata: Sequence[Stratum], z: float = float(stats.norm.ppf(0.975))) -> tuple[float, float, float]:
     """(pooled difference, low, high): candidate rate - baseline rate, MH-weighted, with the MN score interval at ``z``."""
+    return _difference(tuple(strata), z)
+
+
+# The interval is a root search (about 25 score evaluations); a check decides many times over the same counts
+# (every look, every simulated check with no errors), so the answers are kept.
+@functools.lru_cache(maxsize=4096)
+def _difference(strata: tuple[Stratum, ...], z: float) -> tuple[float, float, float]:
     xb, nb, xc, nc = _arrays(strata)
     if xb.size == 0:
         return math.nan, -1.0, 1.0
@@ -112,16 +116,12 @@ def stratified_difference(strata: Sequence[Stratum], z: float = float(stats.norm
     est = float(np.sum(w * (xc / nc - xb / nb)))
     # Z falls as delta rises: the bounds are where it crosses +z (low) and -z (high).
     lo_edge, hi_edge = -1 + _EDGE, 1 - _EDGE
-    low = (
-        lo_edge
-        if stratified_score(strata, lo_edge) <= z
-        else optimize.brentq(lambda t: stratified_score(strata, t) - z, lo_edge, est, xtol=1e-10)
-    )
-    high = (
-        hi_edge
-        if stratified_score(strata, hi_edge) >= -z
-        else optimize.brentq(lambda t: stratified_score(strata, t) + z, est, hi_edge, xtol=1e-10)
-    )
+
+    def score(t: float) -> float:
+        return _score(xb, nb, xc, nc, t)
+
+    low = lo_edge if score(lo_edge) <= z else optimize.brentq(lambda t: score(t) - z, lo_edge, est, xtol=1e-9)
+    high = hi_edge if score(hi_edge) >= -z else optimize.brentq(lambda t: score(t) + z, est, hi_edge, xtol=1e-9)
     return est, float(low), float(high)
 
 

@@ -1,5 +1,7 @@
 """``check --dry-run``: requests per cell, totals and the time estimate, from the plan alone."""
 
+import math
+
 import pytest
 
 from specguard.check.dry_run import ASSUMED_ITL_MS, ASSUMED_TTFT_MS, dry_run, render_dry_run
@@ -73,3 +75,40 @@ def test_the_demo_says_it_is_sized_to_show_the_tool():
     assert "not to reach GO" in notes[0]
     assert any("cannot reach GO" in n for n in notes[1:])
     assert dry_run(load_plan(DEMO_PLAN)).warnings
+
+
+def test_the_sizing_is_the_fewest_requests_at_which_each_level_passes_with_its_share_of_80_percent():
+    from specguard.verdict.power import Effect, Spreads, level_power, level_size
+
+    args = (Effect(0.20), 0.10, (0.05, 0.05), Spreads(), 0.95)
+    s = level_size("steady", 4, True, 3, *args, min_tail=5)
+    goal = 0.80 ** (1 / 3)  # three levels share the 80 %: each passes with its cube root
+    assert math.prod(level_power(s.per_cell, 4, True, *args).values()) >= goal
+    assert math.prod(level_power(s.per_cell - 1, 4, True, *args).values()) < goal
+    assert s.requests_per_arm == 4 * s.per_cell and s.limited_by == "P99 E2E"  # the widest spread, 0.35
+    narrow = level_size("steady", 4, True, 3, Effect(0.20), 0.10, (0.05, 0.05), Spreads(0.1, 0.1, 0.05), 0.95, 5)
+    assert narrow.per_cell < s.per_cell / 10  # the size goes as the spread squared: (0.35 / 0.10)^2 = 12
+    floor = level_size("steady", 4, True, 3, Effect(0.20), 0.10, (0.05, 0.05), Spreads(0.01, 0.01, 0.01), 0.95, 5)
+    assert floor.per_cell == 125 and floor.limited_by == "tail rule"  # 500 pooled requests for P99, over 4 cells
+
+
+def test_the_dry_run_sizes_each_level_and_warns_when_the_plan_is_smaller():
+    p = plan([{"name": "steady", "rate": 4, "num_requests": 40, "target": True}])
+    d = dry_run(p)
+    (lv,) = d.levels
+    assert d.effect.objective_gain == pytest.approx(0.20) and d.spreads_from == "stated defaults"
+    assert lv.sized_s == pytest.approx(lv.sized.per_cell / 40 * lv.run_s * 2 * 2)  # 2 cells, 2 arms
+    lines = render_dry_run(d, ["greedy", "hot"], 1)
+    assert any(line.startswith("sizing: a GO with 80 % power, if the objective is truly 20 % better") for line in lines)
+    assert any(f"steady: {lv.sized.requests_per_arm} requests per arm" in line for line in lines)
+    assert any(f"fewer than the {lv.sized.per_cell} a GO needs there" in line for line in lines)
+
+
+def test_a_pilot_gives_the_spreads_of_its_own_requests(tmp_path):
+    from specguard.check.pilot import pilot_spreads
+    from tests.unit.report.test_report import make_check
+
+    _, out = make_check(tmp_path / "c")
+    spreads, requests = pilot_spreads(out, "itl_ms")
+    assert requests == 120  # the baseline's two runs of 60
+    assert 0 < spreads.e2e < 1 and 0 < spreads.ttft < 1 and 0 < spreads.objective < 1
