@@ -4,7 +4,9 @@ A P99 guardrail counts only with ``min_tail_samples`` observations beyond it (50
 at the default 5), so a plan with fewer can never be GO; it should say so before any traffic is sent, not
 after an hour of measurements. Planned requests per cell are the traffic level's ``num_requests`` (or
 rate x duration) times the repetitions, split among the segments of a prompt source (not known before the
-run: the figure is the most a segment can get).
+run: the figure is the most a segment can get). With ``guardrails.scope: level`` (the default) a P99
+guardrail pools a level's cells, so each of its sampling x prompt-source cells needs only its share of
+the 500.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def plan_requirements(plan: CheckPlan) -> list[CellRequirement]:
     # Throughput has one value per run, not per request: its need is the repetitions, not a tail count.
     objective = 0 if plan.objective.metric == "output_tokens_per_s" else min_samples(q_obj, tail)
     p99 = min_samples(0.99, tail)
+    if plan.guardrails.scope == "level":  # a level's P99 pools its cells: each cell carries its share of the tail
+        p99 = -(-p99 // (len(plan.sampling) * len(plan.prompts)))
     return [
         CellRequirement(
             traffic=t.name,

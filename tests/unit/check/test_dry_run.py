@@ -66,7 +66,8 @@ def test_one_line_per_cell_with_needs_and_short_levels_flagged():
     d = dry_run(plan([{"name": "steady", "rate": 4, "num_requests": 40, "target": True}]))
     lines = render_dry_run(d, ["greedy", "hot"], 1)
     cells = [ln for ln in lines if ln.startswith("  steady / ")]
-    assert len(cells) == 2 and all("P99 TTFT 500" in ln and "too few for GO" in ln for ln in cells)
+    # level scope (the default): a P99 pools the level's two cells, so each needs half of the 500
+    assert len(cells) == 2 and all("P99 TTFT 250" in ln and "too few for GO" in ln for ln in cells)
     assert any(ln.startswith("warning:") and "cannot reach GO" in ln for ln in lines)
 
 
