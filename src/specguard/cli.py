@@ -24,7 +24,7 @@ from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
 from specguard.cli_gates import register as register_gate_commands
 from specguard.cli_output import err
 from specguard.cli_sim import register as register_sim_commands
-from specguard.errors import EXIT_CODE_TABLE, ExitCode
+from specguard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from specguard.loadgen.runner import MatrixProgress
@@ -303,6 +303,13 @@ def check(
     dry_run: Annotated[
         bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
     ] = False,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            help="While INCONCLUSIVE, run further repetitions of the undecided levels and decide again, within the "
+            "plan's sequential: budget (alpha spent over the planned looks)."
+        ),
+    ] = False,
     pilot: Annotated[
         Path | None,
         typer.Option(help="With --dry-run: size from this run or check directory's measured spreads, not the stated defaults."),
@@ -369,6 +376,12 @@ def check(
         for line in render_dry_run(estimate, [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)
         raise typer.Exit(0)
+    if until_decided:
+        from specguard.check.until_decided import check_until_decided_plan
+
+        check_until_decided_plan(plan)
+        if baseline_run:
+            raise UsageError("--until-decided measures both arms in every further repetition: not with --baseline-run")
     for warning in plan_warnings(plan):
         err.print(f"warning: {warning}", highlight=False)
     with _check_progress(quiet) as progress:
@@ -381,6 +394,7 @@ def check(
             log=lambda m: err.print(m, highlight=False),
             progress=progress,
             baseline_runs=baseline_run or (),
+            until_decided=until_decided,
         )
     v = write_outputs(record, out)
     _print_verdict(v, out)

@@ -38,7 +38,8 @@ SIZED_TO_SHOW = (
 SIMULATED_DEMO = (
     f"{SIMULATED_SERVER_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "
     "vs draft-model speculation at QPS 1 to past the crossover, to show where speculation helps and where it hurts; "
-    "its cells are too small for P99 guardrails, so expect INCONCLUSIVE. Measure your own servers with 'specguard check'"
+    "its cells are too small for a P99 to pass, not for P90 to show a regression: expect NO-GO, speculation hurts at QPS 32 "
+    "(and its TTFT already at QPS 16). Measure your own servers with 'specguard check'"
 )
 
 

@@ -10,6 +10,7 @@ from specguard.check.sweep import SweepRecord
 from specguard.inventory.arm import ArmInventory
 from specguard.results.foreign.run import ImportedBaseline
 from specguard.verdict import Failure
+from specguard.verdict.model import LookRecord
 
 __all__ = ["ArmInventory", "CheckRecord", "CheckState", "block_name"]
 
@@ -36,11 +37,20 @@ class CheckRecord(BaseModel):
     baseline_imports: list[ImportedBaseline] = Field(
         default_factory=list, description="cells whose baseline came from an existing run (--baseline-run), not measured"
     )
+    repetitions_run: int | None = Field(
+        default=None, description="check --until-decided: the repetitions run so far, the plan's and the further ones"
+    )
+    looks: list[LookRecord] = Field(default_factory=list, description="check --until-decided: every look, in order")
 
     @property
     def measured_plan(self) -> CheckPlan:
-        """The plan with the levels it measured: a sweep's chosen ones, or the plan's own list."""
-        return self.plan.with_levels(self.sweep.levels) if self.sweep is not None else self.plan
+        """The plan with the levels and repetitions it measured: a sweep's chosen levels, a sequential check's
+        further repetitions (a cell without a run of a later repetition, a level decided before it, is read as
+        it is: every reader takes the runs that have a summary)."""
+        plan = self.plan.with_levels(self.sweep.levels) if self.sweep is not None else self.plan
+        if self.repetitions_run is not None and self.repetitions_run > plan.repetitions:
+            plan = plan.model_copy(update={"repetitions": self.repetitions_run})
+        return plan
 
 
 class CheckState(BaseModel):
@@ -53,6 +63,8 @@ class CheckState(BaseModel):
     inventory: dict[str, ArmInventory] = Field(default_factory=dict)
     failures: list[Failure] = Field(default_factory=list)
     sweep: SweepRecord | None = Field(default=None, description="a sweep's stages so far; blocks grow with them")
+    repetitions_run: int | None = Field(default=None, description="check --until-decided: repetitions run or begun")
+    looks: list[LookRecord] = Field(default_factory=list, description="check --until-decided: every look so far")
 
     @property
     def complete(self) -> bool:

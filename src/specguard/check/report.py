@@ -64,7 +64,7 @@ def missing_runs(record: CheckRecord, out: Path) -> list[str]:
         missing += [f"block {b}" for b in read_json(d.state_json, CheckState).missing]
     plan = record.measured_plan
     stage_of = {lv.name: st.name for st in record.sweep.stages for lv in st.levels} if record.sweep else {}
-    for rep in range(1, plan.repetitions + 1):
+    for rep in range(1, record.plan.repetitions + 1):  # a sequential check's further blocks: in the state above
         # an imported baseline is one run per cell, repetition 1 (check/baseline.py)
         arms = ("candidate",) if record.baseline_imports and rep > BASELINE_REPETITION else ARMS
         for arm in arms:
@@ -111,12 +111,23 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     return inventory
 
 
-def build_verdict(record: CheckRecord, out: Path, look: Look = SINGLE_LOOK, looks: Sequence[LookRecord] = ()) -> VerdictFile:
+def build_verdict(
+    record: CheckRecord, out: Path, look: Look | None = None, looks: Sequence[LookRecord] | None = None
+) -> VerdictFile:
     """verdict.json of a complete check, decided from its stored runs.
 
     ``look``: a sequential check's look, whose share of the error the verdict is decided at (``check
-    --until-decided``); ``looks``: the looks taken before it, recorded in verdict.json as they were.
+    --until-decided``); ``looks``: the looks taken, recorded in verdict.json as they were. By default both
+    come from the record: a sequential check is decided again at its last look, a fixed one at its one look.
     """
+    looks = list(record.looks if looks is None else looks)
+    if look is None:
+        last = looks[-1] if looks else None
+        look = (
+            SINGLE_LOOK
+            if last is None
+            else Look(index=last.index, of=last.of, alpha_go=last.alpha_go, alpha_nogo=last.alpha_nogo)
+        )
     plan = record.measured_plan
     late = late_checks(record, out)
     cells, levels = comparisons(plan, out, skip=late.mismatched)

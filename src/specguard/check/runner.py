@@ -167,6 +167,7 @@ def run_check(
     log: Callable[[str], None] = print,
     progress: MatrixProgress | None = None,
     baseline_runs: Sequence[str] = (),
+    until_decided: bool = False,
 ) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
 
@@ -191,6 +192,10 @@ def run_check(
         run.stage(None, plan.levels)
     else:
         _run_sweep(run, plan.sweep)
+    if until_decided:
+        from specguard.check.until_decided import run_until_decided  # it decides with check.report, which reads runs
+
+        run_until_decided(run)
     return run.record
 
 
@@ -218,16 +223,22 @@ class _Run:
             failures=s.failures,
             sweep=s.sweep,
             baseline_imports=[b.record for b in self.resolved.baselines.values()],
+            repetitions_run=s.repetitions_run,
+            looks=s.looks,
         )
 
     def save(self) -> None:
         write_json_atomic(self.d.state_json, self.state)
         write_json_atomic(self.d.check_json, self.record)
 
-    def stage(self, stage: str | None, levels: list[TrafficLevel]) -> None:
-        """Every block of a stage (a list plan's one stage: None) not yet done, over ``levels``."""
+    def stage(self, stage: str | None, levels: list[TrafficLevel], reps: Sequence[int] | None = None) -> None:
+        """Every block of a stage (a list plan's one stage: None) not yet done, over ``levels``.
+
+        ``reps``: only these repetitions, interleaved (a sequential check's further ones); default the plan's.
+        """
         plan, state, d = self.resolved.plan, self.state, self.d
-        todo = [(rep, arm) for rep, arm in blocks(plan, self.resolved.arms) if block_name(rep, arm, stage) not in state.done]
+        planned = blocks(plan, self.resolved.arms) if reps is None else [(r, a) for r in reps for a in self.resolved.arms]
+        todo = [(rep, arm) for rep, arm in planned if block_name(rep, arm, stage) not in state.done]
         arms = {"baseline": plan.arms.baseline, "candidate": plan.arms.candidate}
         if self.launch is None and any(arms[a].launch is not None for _, a in todo):
             self.launch = self.launcher(plan, self.log)

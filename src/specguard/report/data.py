@@ -19,7 +19,7 @@ from specguard.report.warning_groups import WarningGroup
 from specguard.results.foreign.run import ImportedBaseline
 from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
-from specguard.verdict.model import LookRecord
+from specguard.verdict.model import LookRecord, TestAtLook, Undecided
 
 VERDICT_SCHEMA = "specguard.verdict/1"
 
@@ -77,6 +77,8 @@ class VerdictFile(BaseModel):
     baseline_imports: list[ImportedBaseline] = []  # cells whose baseline is an existing run (--baseline-run), not measured
     simulated: bool = False  # a server's /version is specguard's simulated engine (sim serve): nothing here is measured on vLLM
     looks: list[LookRecord] = []  # a sequential check's looks (check --until-decided), first to last; empty for one look
+    tests: list[TestAtLook] = []  # every test as it stood when this verdict was decided
+    undecided: list[Undecided] = []  # traffic a further look could still decide (INCONCLUSIVE only)
 
 
 class LoadSeries(BaseModel):
