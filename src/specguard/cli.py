@@ -376,9 +376,9 @@ def check(
         for line in render_dry_run(estimate, [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)
         raise typer.Exit(0)
-    if until_decided:
-        from specguard.check.until_decided import check_until_decided_plan
+    from specguard.check.until_decided import check_until_decided_plan, run_until_decided
 
+    if until_decided:
         check_until_decided_plan(plan)
         if baseline_run:
             raise UsageError("--until-decided measures both arms in every further repetition: not with --baseline-run")
@@ -394,7 +394,7 @@ def check(
             log=lambda m: err.print(m, highlight=False),
             progress=progress,
             baseline_runs=baseline_run or (),
-            until_decided=until_decided,
+            then=run_until_decided if until_decided else None,
         )
     v = write_outputs(record, out)
     _print_verdict(v, out)

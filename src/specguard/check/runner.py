@@ -167,7 +167,7 @@ def run_check(
     log: Callable[[str], None] = print,
     progress: MatrixProgress | None = None,
     baseline_runs: Sequence[str] = (),
-    until_decided: bool = False,
+    then: Callable[[_Run], None] | None = None,
 ) -> CheckRecord:
     """Run (or resume) every block of the plan into ``out``; return the record the verdict is built from.
 
@@ -192,10 +192,8 @@ def run_check(
         run.stage(None, plan.levels)
     else:
         _run_sweep(run, plan.sweep)
-    if until_decided:
-        from specguard.check.until_decided import run_until_decided  # it decides with check.report, which reads runs
-
-        run_until_decided(run)
+    if then is not None:  # check --until-decided: its further looks (check.until_decided.run_until_decided)
+        then(run)
     return run.record
 
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from specguard.check.record import block_name
 from specguard.check.report import build_verdict
+from specguard.check.runner import _Run, requests_to_run
 from specguard.errors import UsageError
 from specguard.verdict.model import Look, LookRecord
 from specguard.verdict.sequential import look_schedule, planned_looks
 
 if TYPE_CHECKING:
     from specguard.check.plan import CheckPlan
-    from specguard.check.runner import _Run
 
 __all__ = ["check_until_decided_plan", "run_until_decided"]
 
@@ -49,8 +49,6 @@ def check_until_decided_plan(plan: CheckPlan) -> None:
 
 
 def _per_repetition(run: _Run) -> int:
-    from specguard.check.runner import requests_to_run
-
     n = requests_to_run(run.resolved, run.resolved.plan.levels, [1])
     assert n is not None  # check_until_decided_plan refused timed levels before any traffic
     return n  # per arm: one block's requests
