@@ -116,9 +116,10 @@ def _text(r0: Reason, members: Sequence[Reason], places: Sequence[str]) -> str:
     name = "error rate" if r0.metric == "error_rate" else (r0.metric or r0.code.replace("_", " "))
     phrase = PHRASES.get(r0.code, r0.code.replace("_", " "))
     where = _where(places)
+    prep = "over" if where == "the whole check" else "at"
     head = (
         f"{name}: {phrase}"
-        + (f" at {where}" if where else "")
+        + (f" {prep} {where}" if where else "")
         + (f" ({len(members)} reasons)" if len(members) != len(set(places)) else "")
     )
     ranges = _ranges(members)

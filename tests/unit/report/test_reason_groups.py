@@ -165,3 +165,36 @@ def test_report_html_folds_each_groups_sentences_and_shows_the_looks(grouped: Re
             assert f"{escape(g.text)}<details><summary>the {g.count} reasons</summary>" in html
     assert all(f"<li>{escape(r)}</li>" in html for r in v.reasons)
     assert '<table id="looks">' in html and "error rate over the whole check" in html and "864" in html
+
+
+def test_level_and_whole_check_reasons_group_by_level_with_their_ranges():
+    def unverified(level, n):
+        numbers = {"requests_per_arm": n, "more_requests_needed": 500 - n}
+        text = f"P99 TTFT at level '{level}' unverified: {n} requests per arm, {500 - n} more needed"
+        return model.Reason(code="guardrail_unverified", level=level, metric="P99 TTFT", numbers=numbers, text=text)
+
+    err = {"errors_baseline": 0, "requests_baseline": 576, "errors_candidate": 0, "requests_candidate": 576}
+    reasons = [
+        unverified("steady", 96),
+        unverified("busy", 64),
+        unverified("burst", 29),
+        model.Reason(
+            code="error_rate_unresolved",
+            metric="error_rate",
+            numbers=err | {"ci_low": -0.0066, "ci_high": 0.0066, "budget": 0.005},
+            text="error rate at the whole check straddles its budget",
+        ),
+    ]
+    ttft, rate = group_reasons(reasons)
+    assert ttft.text == "P99 TTFT: unverified at 3 levels, 29-96 requests per arm, 404-471 more needed"
+    assert ttft.places == ["level steady", "level busy", "level burst"] and ttft.members == [0, 1, 2]
+    assert rate.text == (
+        "error rate: straddles its budget over the whole check, 576 requests per arm, 0 errors per arm, CI -0.7 to +0.7 points"
+    )
+    assert ttft.deciding and rate.deciding  # an INCONCLUSIVE's reasons: each one a further look could resolve
+    nogo = [
+        reasons[0].model_copy(update={"code": "guardrail_regressed"}),
+        *[r.model_copy(update={"secondary": True}) for r in reasons[1:3]],
+    ]
+    kinds = [(g.kind, g.deciding, g.count) for g in group_reasons(nogo)]
+    assert kinds == [("guardrail_regressed", True, 1), ("guardrail_unverified", False, 2)]
