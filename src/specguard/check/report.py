@@ -38,6 +38,7 @@ from specguard.sim.marker import is_simulated_version
 from specguard.verdict import decide
 from specguard.verdict.load_range import help_hurt_lines
 from specguard.verdict.model import SINGLE_LOOK, Look, LookRecord
+from specguard.verdict.reason_groups import group_reasons
 
 __all__ = ["VERDICT_SCHEMA", "VerdictFile", "build_report_data", "build_verdict", "load_check", "write_outputs"]
 
@@ -157,6 +158,7 @@ def build_verdict(
         simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
+        reason_groups=group_reasons(verdict.reasons),
         warnings=warnings,
         warning_groups=group_warnings(warnings, runs=runs, cells=len(cells)),
         plan=plan.name,

@@ -20,6 +20,7 @@ from specguard.results.foreign.run import ImportedBaseline
 from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 from specguard.verdict.model import LookRecord, TestAtLook, Undecided
+from specguard.verdict.reason_groups import ReasonGroup
 
 VERDICT_SCHEMA = "specguard.verdict/1"
 
@@ -71,6 +72,7 @@ class VerdictFile(BaseModel):
     commands: list[str]
     definitions: dict[str, str]
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
+    reason_groups: list[ReasonGroup] = []  # the reasons above by kind (deciding ones apart), counted, with ranges
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
     equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it

@@ -12,6 +12,7 @@ from specguard.report import gpu_table, greedy_table
 from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
+from specguard.report.reasons import LOOK_HEADER, grouped_reasons, look_rows
 from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = [
@@ -142,7 +143,11 @@ def render_markdown(data: ReportData) -> str:
     out += simulated_lines(v.simulated)
     deciding = deciding_line(v.reason_details)
     out += [f"**{deciding}**", ""] if deciding else []
-    out += [f"- {r}" for r in v.reasons] + [""]
+    for line, sentences in grouped_reasons(v):
+        out += [f"- {line}"] + [f"  - {r}" for r in sentences]
+    out += [""]
+    if v.looks:
+        out += ["## Looks (sequential check)", "", *md_table(LOOK_HEADER, look_rows(v.looks)), ""]
     out += [f"Objective: {v.objective}.", ""]
     if v.labels:
         out += ["Labels: " + ", ".join(f"`{k}={val}`" for k, val in sorted(v.labels.items())) + ".", ""]
