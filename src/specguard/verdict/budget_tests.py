@@ -68,6 +68,12 @@ def _log_spreads(r: RatioResult) -> tuple[float, float]:
     return (lr - math.log(r.ci_low)) / Z95, (math.log(r.ci_high) - lr) / Z95
 
 
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal: scipy's norm.sf to 1e-16, without its 180 us of argument checks per call
+    (the verdict calls it per test, the operating-characteristics simulation thousands of times)."""
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
 def z_one_sided(alpha: float) -> float:
     """The normal quantile of a one-sided bound at level ``alpha`` (1.96 at 2.5 %)."""
     return Z95 if alpha == GO_SIDE_ALPHA else float(stats.norm.isf(alpha))
@@ -98,7 +104,7 @@ def ratio_p_beyond(r: RatioResult, limit: float) -> float:
     d = math.log(r.ratio) - math.log(limit)
     if below <= 0:
         return 0.0 if d > 0 else 1.0
-    return float(stats.norm.sf(d / below))
+    return normal_sf(d / below)
 
 
 def ratio_p_below(r: RatioResult, limit: float) -> float:
@@ -109,7 +115,7 @@ def ratio_p_below(r: RatioResult, limit: float) -> float:
     d = math.log(limit) - math.log(r.ratio)
     if above <= 0:
         return 0.0 if d > 0 else 1.0
-    return float(stats.norm.sf(d / above))
+    return normal_sf(d / above)
 
 
 def requests_to_resolve(r: RatioResult, limit: float) -> int:

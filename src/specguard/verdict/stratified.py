@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from specguard.verdict.budget_tests import normal_sf
+
 __all__ = ["Stratum", "restricted_rates", "stratified_difference", "stratified_p_beyond", "stratified_score"]
 
 # (errors, requests) of the baseline, then of the candidate, in one stratum.
@@ -129,4 +131,4 @@ def stratified_p_beyond(strata: Sequence[Stratum], budget: float) -> float:
     """One-sided p-value of H0 "pooled candidate - baseline <= budget": small when the rise is beyond the budget."""
     if not _arrays(strata)[0].size:
         return 1.0
-    return float(stats.norm.sf(stratified_score(strata, budget)))
+    return normal_sf(stratified_score(strata, budget))
