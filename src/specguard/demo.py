@@ -33,7 +33,8 @@ SIMULATED_DEMO_PLAN = PLANS / "demo-simulated.yaml"
 
 SIZED_TO_SHOW = (
     "this demo plan is sized to show the tool in minutes on a laptop, not to reach GO: its cells hold too few "
-    "requests for P99 guardrails, so expect INCONCLUSIVE; size a real check with 'specguard check PLAN --dry-run'"
+    "requests for a P99 guardrail to pass, so it cannot say GO: expect INCONCLUSIVE, or NO-GO where a regression "
+    "already shows at P90 or P50; size a real check with 'specguard check PLAN --dry-run'"
 )
 SIMULATED_DEMO = (
     f"{SIMULATED_SERVER_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "

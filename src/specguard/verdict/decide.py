@@ -236,21 +236,6 @@ def preemption_reasons(cell: CellComparison, guardrails: GuardrailRule) -> list[
     return out
 
 
-def condense(unsure: list[Reason], keep: int = 4) -> list[Reason]:
-    """Many unverified guardrails say one thing: name a few, count the rest."""
-    guard = [u for u in unsure if u.code == "guardrail_unverified"]
-    if len(guard) <= keep:
-        return unsure
-    others = [u for u in unsure if u.code != "guardrail_unverified"]
-    more = len(guard) - keep
-    rest = Reason(
-        code="guardrails_unverified_more",
-        numbers={"count": more},
-        text=f"... and {more} more unverified guardrails (see the report)",
-    )
-    return others + guard[:keep] + [rest]
-
-
 def no_cell_reason() -> Reason:
     return Reason(code="no_cell_measured", text="no cell was measured on both arms")
 
@@ -363,7 +348,8 @@ def decide(
     found += [one_arm_reason(c) for c in one_arm]
     found += [baseline_mismatch_reason(cell, detail) for cell, detail in baseline_mismatches]
     nogo = [r for r in found if not is_unsure(r)]
-    unsure = condense([r for r in found if is_unsure(r)])
+    # every reason stays as data (verdict.json); the renderers group them (verdict.reason_groups)
+    unsure = [r for r in found if is_unsure(r)]
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))
     warnings = [w for c in cells for w in cell_warnings(c)]
     if levels and guardrails.scope == "level":

@@ -228,12 +228,15 @@ def test_nothing_measured_is_never_go():
     assert v.verdict == "NO-GO" and codes(v) == ["server_crash"]
 
 
-def test_many_unverified_guardrails_are_counted_not_listed():
+def test_many_unverified_guardrails_are_kept_as_data_and_counted_by_their_group():
+    from specguard.verdict.reason_groups import group_reasons
+
     few = rr(1.0, 0.8, 1.3, enough=False, n=80, more=420)
     v = run([cell(segment=f"s{i}", e2e=few, ttft=few) for i in range(3)])
     assert v.verdict == "INCONCLUSIVE"
-    assert codes(v) == ["guardrail_unverified"] * 4 + ["guardrails_unverified_more"]
-    assert v.reasons[-1].numbers == {"count": 2}
+    assert codes(v) == ["guardrail_unverified"] * 6  # every one in verdict.json, none condensed away
+    groups = {(g.kind, g.metric): g.count for g in group_reasons(v.reasons)}
+    assert groups == {("guardrail_unverified", "P99 E2E"): 3, ("guardrail_unverified", "P99 TTFT"): 3}
 
 
 def test_crossover_bracket_is_the_last_paid_and_the_first_unpaid_load_per_group():
