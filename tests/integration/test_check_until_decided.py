@@ -64,6 +64,9 @@ def test_identical_arms_take_every_planned_look_and_end_no_go(scripted, tmp_path
     assert len(state["looks"]) == 3 and state["repetitions_run"] == 3 and "candidate rep3" in state["done"]
     # the spending: the three looks' GO-side shares sum to the 2.5 % of one look
     assert abs(sum(lk["alpha_go"] for lk in v["looks"]) - 0.025) < 1e-9
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## Looks (sequential check)" in md and "Lan-DeMets alpha spending (Biometrika 1983)" in md
+    assert 'id="looks"' in html and "Lan-DeMets alpha spending (Biometrika 1983)" in html
     again = specguard("report", str(out), "--force")
     assert again.returncode == 1 and json.loads((out / "verdict.json").read_text())["looks"] == v["looks"]
 

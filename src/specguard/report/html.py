@@ -20,7 +20,7 @@ from specguard.report.data import ArmDistribution, Charts, Ecdf, EquivalenceTabl
 from specguard.report.forest import deciding_line
 from specguard.report.markdown import IMPORTED_NOTE, pinned_line
 from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
-from specguard.report.reasons import LOOK_HEADER, grouped_reasons, look_rows
+from specguard.report.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
 from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
@@ -273,6 +273,7 @@ def render_html(data: ReportData) -> str:
         deciding=deciding_line(data.verdict.reason_details),
         reasons=grouped_reasons(data.verdict),
         look_header=LOOK_HEADER,
+        looks_method=LOOKS_METHOD,
         look_rows=look_rows(data.verdict.looks),
         fmt=fmt,
         fmt_ratio=fmt_ratio,

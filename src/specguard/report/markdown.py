@@ -12,7 +12,7 @@ from specguard.report import gpu_table, greedy_table
 from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
 from specguard.report.forest import deciding_line
 from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
-from specguard.report.reasons import LOOK_HEADER, grouped_reasons, look_rows
+from specguard.report.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
 from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = [
@@ -147,7 +147,7 @@ def render_markdown(data: ReportData) -> str:
         out += [f"- {line}"] + [f"  - {r}" for r in sentences]
     out += [""]
     if v.looks:
-        out += ["## Looks (sequential check)", "", *md_table(LOOK_HEADER, look_rows(v.looks)), ""]
+        out += ["## Looks (sequential check)", "", LOOKS_METHOD, "", *md_table(LOOK_HEADER, look_rows(v.looks)), ""]
     out += [f"Objective: {v.objective}.", ""]
     if v.labels:
         out += ["Labels: " + ", ".join(f"`{k}={val}`" for k, val in sorted(v.labels.items())) + ".", ""]

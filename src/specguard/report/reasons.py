@@ -5,6 +5,7 @@ from __future__ import annotations
 from specguard.report.data import VerdictFile
 from specguard.verdict.model import LookRecord
 from specguard.verdict.reason_groups import ReasonGroup, group_reasons
+from specguard.verdict.sequential import SPENDING_REFERENCE
 
 __all__ = ["grouped_reasons", "look_rows", "reason_groups", "LOOK_HEADER"]
 
@@ -24,6 +25,11 @@ def grouped_reasons(v: VerdictFile) -> list[tuple[str, list[str]]]:
     return [(g.text, [v.reasons[i] for i in g.members]) if g.count > 1 else (v.reasons[g.members[0]], []) for g in groups]
 
 
+# Said under every looks table: which spending the looks' levels come from, with its reference (issue 25).
+LOOKS_METHOD = (
+    f"Each look decides at its share of the error: {SPENDING_REFERENCE}; the GO side's one-sided bounds and the "
+    "NO-GO side's Holm family (5 %) each spend their own."
+)
 LOOK_HEADER = ["look", "requests per arm", "verdict", "alpha GO", "alpha NO-GO", "test", "interval", "p", "outcome"]
 
 
