@@ -37,8 +37,9 @@ Look k gets alpha_k = A(t_k) - A(t_{k-1}), split evenly (Bonferroni) over the te
 segments). By the union bound, whatever the dependence between looks, the probability that any window of
 the rollout FAILs at all when the pools do not differ is at most sum alpha_k = A(1) = alpha; a rollback
 needs one or more failing windows, so the probability of a false rollback is at most alpha too. Looks past
-``max_looks`` have no alpha left: their tests cannot reject, and such windows can only PASS or be
-INCONCLUSIVE on the latency metrics (critical conditions still roll back; see ``decision``).
+``max_looks`` extend the plan (``look_alpha``: look K+j gets alpha_K / (j (j+1)), never 0) and say so in the
+window's warnings. Only windows that ran a test spend a look (``spends_look``): a window without evidence
+leaves its look to the next one.
 """
 
 from __future__ import annotations
@@ -174,12 +175,51 @@ def spent_alpha(t: float, alpha: float, spending: Spending) -> float:
 
 
 def look_alpha(look: int, alpha: float, max_looks: int, spending: Spending) -> float:
-    """alpha_k = A(k/K) - A((k-1)/K) for look k (1-based); 0 past the planned K looks."""
+    """alpha_k = A(k/K) - A((k-1)/K) for look k (1-based) of the planned K looks.
+
+    Past the plan the looks are extended, never judged at 0: look K + j gets alpha_K / (j (j + 1)), the last
+    planned look's share spread over an open-ended tail that sums to alpha_K (a telescoping series), so the
+    whole rollout's false-FAIL bound becomes alpha + alpha_K (Pocock, alpha 0.05, K 60: 0.05 + 0.00053).
+    """
     if look < 1:
         raise ValueError(f"looks count from 1, not {look}")
+    last = spent_alpha(1.0, alpha, spending) - spent_alpha((max_looks - 1) / max_looks, alpha, spending)
     if look > max_looks:
-        return 0.0
+        j = look - max_looks
+        return last / (j * (j + 1))
     return spent_alpha(look / max_looks, alpha, spending) - spent_alpha((look - 1) / max_looks, alpha, spending)
+
+
+def past_plan_warning(look: int, policy: AnalysisPolicy) -> str | None:
+    """The line a window past the planned looks carries: the plan ran out and how it was extended."""
+    if look <= policy.max_looks:
+        return None
+    return (
+        f"look {look} is past the {policy.max_looks} planned looks: the plan is extended (look K+j gets "
+        "alpha_K / (j (j+1))), so the rollout's false-rollback bound is now alpha + alpha_K; raise "
+        "analysis.max_looks if the rollout needs this many judged windows"
+    )
+
+
+def spends_look(analysis: WindowAnalysis) -> bool:
+    """Whether a window ran a test at its look's threshold (and so used its share of alpha). A window where
+    no test could run (no evidence) spends nothing: the next window takes the same look."""
+    return any(r.p_value is not None for r in analysis.results)
+
+
+def with_extra_results(analysis: WindowAnalysis, extra: Sequence[MetricResult]) -> WindowAnalysis:
+    """The window's analysis with results of other sources (the pool gauges) added, verdict recomputed.
+
+    A window whose own evidence is INCONCLUSIVE (too few requests, no overlapping strata, no records at all)
+    stays INCONCLUSIVE whatever the gauges say: a step never advances and a rollout never promotes on gauges
+    alone (before this rule, six empty windows at 0.2 requests/s passed on the two gauges and promoted)."""
+    if not extra:
+        return analysis
+    results = [*analysis.results, *extra]
+    verdict = window_verdict(results)
+    if analysis.verdict == "INCONCLUSIVE" or not analysis.results:
+        verdict = "INCONCLUSIVE"
+    return analysis.model_copy(update={"results": results, "verdict": verdict})
 
 
 def error_control_text(policy: AnalysisPolicy) -> str:
@@ -324,6 +364,12 @@ def _latency_result(
         p = van_elteren_worse(pairs, sign)
         b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng)
         base_reqs, cand_reqs = _request_values(b_match, rule.metric), _request_values(c_match, rule.metric)
+        # The verdict rests on the matched subsample, not on the pools as they came: count that one.
+        matched = {"n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
+        if min(len(base_reqs), len(cand_reqs)) < policy.min_samples:
+            counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests in the common in-flight strata"
+            text = f"{segment} {rule.name}: matched {counts}, fewer than {policy.min_samples}"
+            return MetricResult.model_validate(common | matched | {"verdict": "INCONCLUSIVE", "text": text})
     else:
         p = rank_test_worse(_means(base_reqs), _means(cand_reqs), sign)
     # One repetition per arm: the interval is the plain request-level bootstrap (no repetition pairing).
@@ -431,6 +477,9 @@ def analyse_window(
         if policy.max_error_rate_increase is not None:
             results.append(_error_result(segment, arms, comparison, threshold, policy, policy.max_error_rate_increase))
     verdict = window_verdict(results)
+    past = past_plan_warning(look, policy)
+    if past:
+        warnings.append(past)
     if comparison == "naive":
         warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
     return WindowAnalysis(

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window, window_verdict
+from specguard.canary.analysis import analyse_window, spends_look, with_extra_results
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
@@ -303,17 +303,22 @@ class CanaryController:
         readings = self.watcher.take_window()
         if self.state.status not in ("running", "paused"):
             return
-        self.state.look += 1
+        # Looks are spent only by windows that ran a test (analysis.spends_look): no-evidence windows take none.
+        look = self.state.look + 1
         counts: dict[str, int] = {}
         if self.server_side is not None:
-            judged = await self.server_side.judge(start, end, self.state.look, has_control=self.has_control)
+            judged = await self.server_side.judge(start, end, look, has_control=self.has_control)
             analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
             counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
         else:
             gauges, acceptance = window_gauges(readings)
             segments = samples_by_segment(records, self.has_control)
-            analysis = analyse_window(self.policy, segments, self.state.look, seed=self.state.look)
-            analysis = _with_gauges(analysis, gauge_results(self.rollout.analysis.metrics, gauges))
+            analysis = analyse_window(self.policy, segments, look, seed=look)
+            reference = "control" if self.has_control else "baseline"
+            extra = gauge_results(self.rollout.analysis.metrics, gauges, reference, self.state.percent)
+            analysis = with_extra_results(analysis, extra)
+        if spends_look(analysis):
+            self.state.look = look
         for r in records:
             counts[r.pool] = counts.get(r.pool, 0) + 1
         self.state.requests_in_step += sum(
@@ -502,11 +507,3 @@ class CanaryController:
 
 class ManualActionRefused(Exception):
     """An admin action that does not apply to the rollout's state (answered 409)."""
-
-
-def _with_gauges(analysis: WindowAnalysis, extra: list[MetricResult]) -> WindowAnalysis:
-    """The window's analysis with the pool-gauge results added and its verdict recomputed over all results."""
-    if not extra:
-        return analysis
-    results = [*analysis.results, *extra]
-    return analysis.model_copy(update={"results": results, "verdict": window_verdict(results)})
