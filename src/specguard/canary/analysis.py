@@ -207,6 +207,15 @@ def spends_look(analysis: WindowAnalysis) -> bool:
     return any(r.p_value is not None for r in analysis.results)
 
 
+def why_inconclusive(analysis: WindowAnalysis) -> str:
+    """Why a window could not be judged, in its first undecided result's words ("" unless INCONCLUSIVE): a hold
+    says "no in-flight stratum holds 5 requests of each pool" when that is the cause, not "too little traffic"."""
+    if analysis.verdict != "INCONCLUSIVE":
+        return ""
+    undecided = [r.text for r in analysis.results if r.verdict == "INCONCLUSIVE"]
+    return undecided[0] if undecided else "no request in this window"
+
+
 def with_extra_results(analysis: WindowAnalysis, extra: Sequence[MetricResult]) -> WindowAnalysis:
     """The window's analysis with results of other sources (the pool gauges) added, verdict recomputed.
 

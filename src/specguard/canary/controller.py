@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.analysis import analyse_window, spends_look, with_extra_results
+from specguard.canary.analysis import analyse_window, spends_look, why_inconclusive, with_extra_results
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
@@ -327,7 +327,9 @@ class CanaryController:
         if self.server_side is not None:
             self.state.requests_in_step += judged.candidate_requests
         failures = [r for r in analysis.results if r.verdict == "FAIL"]
-        window = WindowRecord(step=self.state.step, verdict=analysis.verdict, failures=failures)
+        window = WindowRecord(
+            step=self.state.step, verdict=analysis.verdict, failures=failures, why_inconclusive=why_inconclusive(analysis)
+        )
         self.state.windows.append(window.model_dump(mode="json"))
         self.store.append_event(
             "window",

@@ -55,6 +55,7 @@ def analysis_policy(rollout: Rollout) -> AnalysisPolicy:
         metrics=rules,
         max_error_rate_increase=errors[0] if errors else None,
         min_samples=a.min_samples,
+        min_stratum_samples=a.min_stratum_samples,
         alpha=a.false_rollback_rate,
         max_looks=planned_looks(rollout),
         spending=a.spending,

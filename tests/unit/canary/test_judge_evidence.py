@@ -3,6 +3,8 @@ judged windows, and compares the gauges with the pool the latency is compared wi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from specguard.canary.analysis import (
@@ -13,11 +15,14 @@ from specguard.canary.analysis import (
     analyse_window,
     look_alpha,
     spends_look,
+    why_inconclusive,
     with_extra_results,
 )
 from specguard.canary.decision import RolloutRule, StepProgress, StepRule, WindowRecord, decide
-from specguard.canary.policy import gauge_results
-from specguard.canary.rollout import MetricBudget
+from specguard.canary.policy import analysis_policy, gauge_results
+from specguard.canary.rollout import Analysis, MetricBudget, load_rollout
+
+ROOT = Path(__file__).resolve().parents[3]
 
 POLICY = AnalysisPolicy(metrics=[MetricRule(metric="itl_ms")], max_error_rate_increase=None, resamples=200)
 GAUGES = [MetricBudget(metric="requests_waiting", budget=2.0), MetricBudget(metric="kv_cache_usage", budget=0.1)]
@@ -94,3 +99,30 @@ def test_gauges_compare_with_the_control_pool_and_not_at_full_weight() -> None:
     assert "vs control" in against_control[0].text
     assert [r.verdict for r in gauge_results(GAUGES, gauges, "baseline", 25)] == ["FAIL", "FAIL"]
     assert gauge_results(GAUGES, gauges, "baseline", 100) == [], "at 100 % the idle baseline is no reference"
+
+
+def test_the_hold_names_the_true_cause_and_min_stratum_samples_is_read() -> None:
+    # Hundreds of requests whose in-flight strata do not overlap: the hold says so, not "too little traffic".
+    rng = np.random.default_rng(4)
+    arms = {
+        "all": SegmentSamples.model_construct(
+            baseline=requests(rng, 300, 6, 20), candidate=requests(rng, 80, 0, 20), control=None
+        )
+    }
+    a = analyse_window(POLICY, arms, 1)
+    assert a.verdict == "INCONCLUSIVE"
+    why = why_inconclusive(a)
+    assert "no in-flight stratum holds 5 requests of each pool" in why
+    rule = RolloutRule(steps=[StepRule(percent=5, min_seconds=0, min_requests=0), StepRule(percent=100)])
+    held = decide(
+        rule,
+        StepProgress(step=0, seconds_in_step=60, requests_in_step=80),
+        [WindowRecord(step=0, verdict="INCONCLUSIVE", why_inconclusive=why)],
+    )
+    assert any("no in-flight stratum" in r.text and "too little traffic" not in r.text for r in held.reasons)
+    assert why_inconclusive(analyse_window(POLICY, {}, 1)) == "no request in this window"
+    rollout = load_rollout(ROOT / "examples" / "rollout-embedded.yaml")
+    assert analysis_policy(rollout).min_stratum_samples == 5
+    tuned = rollout.model_copy(update={"analysis": rollout.analysis.model_copy(update={"min_stratum_samples": 2})})
+    assert analysis_policy(tuned).min_stratum_samples == 2
+    assert Analysis.model_validate({"min_stratum_samples": 2}).min_stratum_samples == 2
