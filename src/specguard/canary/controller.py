@@ -34,11 +34,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.analysis import analyse_window, spends_look, why_inconclusive, with_extra_results
+from specguard.canary.analysis import spends_look, why_inconclusive
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
-from specguard.canary.policy import analysis_policy, gauge_results, rollout_rule, samples_by_segment
+from specguard.canary.policy import analysis_policy, judge_records, rollout_rule
 from specguard.canary.pool_watch import BurstDetector, PoolWatcher, window_gauges
 from specguard.canary.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.rollout import Rollout
@@ -304,7 +304,7 @@ class CanaryController:
         if self.state.status not in ("running", "paused"):
             return
         # Looks are spent only by windows that ran a test (analysis.spends_look): no-evidence windows take none.
-        look = self.state.look + 1
+        look, step = self.state.look + 1, self.state.step
         counts: dict[str, int] = {}
         if self.server_side is not None:
             judged = await self.server_side.judge(start, end, look, has_control=self.has_control)
@@ -312,11 +312,19 @@ class CanaryController:
             counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
         else:
             gauges, acceptance = window_gauges(readings)
-            segments = samples_by_segment(records, self.has_control)
-            analysis = analyse_window(self.policy, segments, look, seed=look)
-            reference = "control" if self.has_control else "baseline"
-            extra = gauge_results(self.rollout.analysis.metrics, gauges, reference, self.state.percent)
-            analysis = with_extra_results(analysis, extra)
+            # Off the relay loop: the records are handed over (this window's list is no longer appended to).
+            analysis = await asyncio.to_thread(
+                judge_records,
+                self.rollout,
+                self.policy,
+                records,
+                gauges,
+                look,
+                with_control=self.has_control,
+                percent=self.state.percent,
+            )
+        if self.state.status not in ("running", "paused") or self.state.step != step:
+            return  # rolled back, promoted or moved by the operator while the window was judged: it no longer applies
         if spends_look(analysis):
             self.state.look = look
         for r in records:

@@ -17,7 +17,16 @@ import math
 from collections.abc import Mapping, Sequence
 
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.canary.analysis import AnalysisPolicy, MetricResult, MetricRule, RequestSample, SegmentSamples
+from specguard.canary.analysis import (
+    AnalysisPolicy,
+    MetricResult,
+    MetricRule,
+    RequestSample,
+    SegmentSamples,
+    WindowAnalysis,
+    analyse_window,
+    with_extra_results,
+)
 from specguard.canary.decision import RolloutRule, StepRule
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import LATENCY_METRICS, POOL_GAUGES, MetricBudget, Rollout
@@ -25,6 +34,7 @@ from specguard.canary.rollout import LATENCY_METRICS, POOL_GAUGES, MetricBudget,
 __all__ = [
     "analysis_policy",
     "gauge_results",
+    "judge_records",
     "planned_looks",
     "request_sample",
     "rollout_rule",
@@ -150,3 +160,22 @@ def gauge_results(
             )
         )
     return results
+
+
+def judge_records(
+    rollout: Rollout,
+    policy: AnalysisPolicy,
+    records: Sequence[ProxiedRequest],
+    gauges: Mapping[str, Mapping[str, float]],
+    look: int,
+    *,
+    with_control: bool,
+    percent: float,
+) -> WindowAnalysis:
+    """A window's records and gauges to its analysis, start to end, touching nothing shared: the controller
+    runs it in a worker thread with the records handed over, so that the proxy's relay loop stays free (run on
+    the loop it delayed chunks by up to 1 s: issue 26)."""
+    segments = samples_by_segment(records, with_control)
+    analysis = analyse_window(policy, segments, look, seed=look)
+    reference = "control" if with_control else "baseline"
+    return with_extra_results(analysis, gauge_results(rollout.analysis.metrics, gauges, reference, percent))
