@@ -20,7 +20,8 @@ candidate. Three comparisons, chosen in this order and named in every result:
   pattern) is given, so candidate and control carry the same load: compared directly.
 * ``stratified``: otherwise, within strata of the per-replica in-flight count at send time (each sample
   carries it). Strata are the power-of-two bins {0}, {1}, {2-3}, {4-7}, ... of that count; a stratum is used
-  when each arm has at least ``min_stratum_samples`` requests in it. The rank test is van Elteren's
+  when each arm has at least ``min_stratum_samples`` requests in it; when none is, coarser bands of 2 and 4
+  adjacent bins are tried in turn (``COARSENING``) before the metric is INCONCLUSIVE. The rank test is van Elteren's
   stratified Wilcoxon (per-stratum U statistics, weighted 1/(n_b + n_c + 1), summed, normal approximation).
   The ratio compares the candidate's common-strata requests with a baseline subsample drawn (seeded) to
   the candidate's stratum mix: "the baseline at the candidate's load". Overlap rule: a warning when the
@@ -239,43 +240,55 @@ def error_control_text(policy: AnalysisPolicy) -> str:
 # ---- strata -----------------------------------------------------------------------------------------------
 
 
-def stratum(in_flight: int) -> int:
-    """The power-of-two bin of an in-flight count: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..."""
-    return in_flight.bit_length()
+# Coarser bands tried, in order, when no power-of-two stratum holds enough of both pools: at small weights the
+# candidate's replicas run at 0-1 in flight while the baseline's run higher, and the fine bins never overlap.
+COARSENING = (0, 1, 2)
 
 
-def _by_stratum(samples: Sequence[RequestSample]) -> dict[int, list[RequestSample]]:
+def stratum(in_flight: int, coarse: int = 0) -> int:
+    """The power-of-two bin of an in-flight count: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ...; ``coarse`` merges
+    2^coarse adjacent bins (1: {0-1}, {2-7}, {8-31}, ...; 2: {0-7}, {8-127}, ...)."""
+    return in_flight.bit_length() >> coarse
+
+
+def _by_stratum(samples: Sequence[RequestSample], coarse: int = 0) -> dict[int, list[RequestSample]]:
     out: dict[int, list[RequestSample]] = {}
     for s in samples:
-        out.setdefault(stratum(s.in_flight), []).append(s)
+        out.setdefault(stratum(s.in_flight, coarse), []).append(s)
     return out
 
 
-def common_strata(base: Sequence[RequestSample], cand: Sequence[RequestSample], min_each: int) -> list[int]:
+def common_strata(base: Sequence[RequestSample], cand: Sequence[RequestSample], min_each: int, coarse: int = 0) -> list[int]:
     """Strata where both arms have at least ``min_each`` requests, in order."""
-    b, c = _by_stratum(base), _by_stratum(cand)
+    b, c = _by_stratum(base, coarse), _by_stratum(cand, coarse)
     return sorted(k for k in b.keys() & c.keys() if len(b[k]) >= min_each and len(c[k]) >= min_each)
 
 
-def overlap_shares(base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int]) -> tuple[float, float]:
+def overlap_shares(
+    base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int], coarse: int = 0
+) -> tuple[float, float]:
     """The share of each arm's requests that fall in the given strata."""
     keep = set(strata)
 
     def share(xs: Sequence[RequestSample]) -> float:
-        return sum(stratum(s.in_flight) in keep for s in xs) / len(xs) if xs else 0.0
+        return sum(stratum(s.in_flight, coarse) in keep for s in xs) / len(xs) if xs else 0.0
 
     return share(base), share(cand)
 
 
 def matched_baseline(
-    base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int], rng: np.random.Generator
+    base: Sequence[RequestSample],
+    cand: Sequence[RequestSample],
+    strata: Sequence[int],
+    rng: np.random.Generator,
+    coarse: int = 0,
 ) -> tuple[list[RequestSample], list[RequestSample]]:
     """A baseline subsample with the candidate's stratum mix, and the candidate's requests in those strata.
 
     The subsample is as large as the scarcest stratum allows: m_s = floor(N p_s) for the candidate's shares
     p_s, with the largest N such that no stratum needs more baseline requests than it has.
     """
-    b, c = _by_stratum(base), _by_stratum(cand)
+    b, c = _by_stratum(base, coarse), _by_stratum(cand, coarse)
     n_cand = sum(len(c[k]) for k in strata)
     shares = {k: len(c[k]) / n_cand for k in strata}
     total = min(len(b[k]) / shares[k] for k in strata)
@@ -364,14 +377,20 @@ def _latency_result(
     if comparison == "stratified":
         base_ok = [s for s in base_all if s.ok and s.values.get(rule.metric)]
         cand_ok = [s for s in arms.candidate if s.ok and s.values.get(rule.metric)]
-        strata = common_strata(base_ok, cand_ok, policy.min_stratum_samples)
+        coarse, strata = next(
+            ((c, st) for c in COARSENING if (st := common_strata(base_ok, cand_ok, policy.min_stratum_samples, c))), (0, [])
+        )
         if not strata:
-            text = f"{segment} {rule.name}: no in-flight stratum holds {policy.min_stratum_samples} requests of each pool"
+            text = (
+                f"{segment} {rule.name}: no in-flight stratum holds {policy.min_stratum_samples} requests of each pool, "
+                f"even in bands of {2 ** COARSENING[-1]} power-of-two bins ({len(base_ok)} baseline / {len(cand_ok)} "
+                "candidate requests whose loads do not overlap); a control pool compares at equal load"
+            )
             return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
-        b_by, c_by = _by_stratum(base_ok), _by_stratum(cand_ok)
+        b_by, c_by = _by_stratum(base_ok, coarse), _by_stratum(cand_ok, coarse)
         pairs = [(_means(_request_values(b_by[k], rule.metric)), _means(_request_values(c_by[k], rule.metric))) for k in strata]
         p = van_elteren_worse(pairs, sign)
-        b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng)
+        b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng, coarse)
         base_reqs, cand_reqs = _request_values(b_match, rule.metric), _request_values(c_match, rule.metric)
         # The verdict rests on the matched subsample, not on the pools as they came: count that one.
         matched = {"n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}

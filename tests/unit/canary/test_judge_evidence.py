@@ -106,7 +106,7 @@ def test_the_hold_names_the_true_cause_and_min_stratum_samples_is_read() -> None
     rng = np.random.default_rng(4)
     arms = {
         "all": SegmentSamples.model_construct(
-            baseline=requests(rng, 300, 6, 20), candidate=requests(rng, 80, 0, 20), control=None
+            baseline=requests(rng, 300, 200, 20), candidate=requests(rng, 80, 0, 20), control=None
         )
     }
     a = analyse_window(POLICY, arms, 1)
@@ -126,3 +126,14 @@ def test_the_hold_names_the_true_cause_and_min_stratum_samples_is_read() -> None
     tuned = rollout.model_copy(update={"analysis": rollout.analysis.model_copy(update={"min_stratum_samples": 2})})
     assert analysis_policy(tuned).min_stratum_samples == 2
     assert Analysis.model_validate({"min_stratum_samples": 2}).min_stratum_samples == 2
+
+
+def test_strata_that_do_not_overlap_at_small_weights_are_pooled_into_coarser_bands() -> None:
+    # At 5 % on two replicas per pool the candidate's replicas run at 2-3 in flight, the baseline's at 4-7: the
+    # power-of-two bins {2-3} and {4-7} never overlap (59 windows held so); the band {2-7} holds both.
+    rng = np.random.default_rng(6)
+    base = requests(rng, 300, 6, 20)
+    cand = requests(rng, 80, 2, 20 * 3)
+    a = analyse_window(POLICY, {"all": SegmentSamples.model_construct(baseline=base, candidate=cand, control=None)}, 1)
+    (r,) = a.results
+    assert r.verdict == "FAIL" and (r.n_baseline, r.n_candidate) == (300, 80)
