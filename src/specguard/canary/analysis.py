@@ -20,7 +20,8 @@ candidate. Three comparisons, chosen in this order and named in every result:
   pattern) is given, so candidate and control carry the same load: compared directly.
 * ``stratified``: otherwise, within strata of the per-replica in-flight count at send time (each sample
   carries it). Strata are the power-of-two bins {0}, {1}, {2-3}, {4-7}, ... of that count; a stratum is used
-  when each arm has at least ``min_stratum_samples`` requests in it. The rank test is van Elteren's
+  when each arm has at least ``min_stratum_samples`` requests in it; when none is, coarser bands of 2 and 4
+  adjacent bins are tried in turn (``COARSENING``) before the metric is INCONCLUSIVE. The rank test is van Elteren's
   stratified Wilcoxon (per-stratum U statistics, weighted 1/(n_b + n_c + 1), summed, normal approximation).
   The ratio compares the candidate's common-strata requests with a baseline subsample drawn (seeded) to
   the candidate's stratum mix: "the baseline at the candidate's load". Overlap rule: a warning when the
@@ -37,8 +38,9 @@ Look k gets alpha_k = A(t_k) - A(t_{k-1}), split evenly (Bonferroni) over the te
 segments). By the union bound, whatever the dependence between looks, the probability that any window of
 the rollout FAILs at all when the pools do not differ is at most sum alpha_k = A(1) = alpha; a rollback
 needs one or more failing windows, so the probability of a false rollback is at most alpha too. Looks past
-``max_looks`` have no alpha left: their tests cannot reject, and such windows can only PASS or be
-INCONCLUSIVE on the latency metrics (critical conditions still roll back; see ``decision``).
+``max_looks`` extend the plan (``look_alpha``: look K+j gets alpha_K / (j (j+1)), never 0) and say so in the
+window's warnings. Only windows that ran a test spend a look (``spends_look``): a window without evidence
+leaves its look to the next one.
 """
 
 from __future__ import annotations
@@ -174,12 +176,60 @@ def spent_alpha(t: float, alpha: float, spending: Spending) -> float:
 
 
 def look_alpha(look: int, alpha: float, max_looks: int, spending: Spending) -> float:
-    """alpha_k = A(k/K) - A((k-1)/K) for look k (1-based); 0 past the planned K looks."""
+    """alpha_k = A(k/K) - A((k-1)/K) for look k (1-based) of the planned K looks.
+
+    Past the plan the looks are extended, never judged at 0: look K + j gets alpha_K / (j (j + 1)), the last
+    planned look's share spread over an open-ended tail that sums to alpha_K (a telescoping series), so the
+    whole rollout's false-FAIL bound becomes alpha + alpha_K (Pocock, alpha 0.05, K 60: 0.05 + 0.00053).
+    """
     if look < 1:
         raise ValueError(f"looks count from 1, not {look}")
+    last = spent_alpha(1.0, alpha, spending) - spent_alpha((max_looks - 1) / max_looks, alpha, spending)
     if look > max_looks:
-        return 0.0
+        j = look - max_looks
+        return last / (j * (j + 1))
     return spent_alpha(look / max_looks, alpha, spending) - spent_alpha((look - 1) / max_looks, alpha, spending)
+
+
+def past_plan_warning(look: int, policy: AnalysisPolicy) -> str | None:
+    """The line a window past the planned looks carries: the plan ran out and how it was extended."""
+    if look <= policy.max_looks:
+        return None
+    return (
+        f"look {look} is past the {policy.max_looks} planned looks: the plan is extended (look K+j gets "
+        "alpha_K / (j (j+1))), so the rollout's false-rollback bound is now alpha + alpha_K; raise "
+        "analysis.max_looks if the rollout needs this many judged windows"
+    )
+
+
+def spends_look(analysis: WindowAnalysis) -> bool:
+    """Whether a window ran a test at its look's threshold (and so used its share of alpha). A window where
+    no test could run (no evidence) spends nothing: the next window takes the same look."""
+    return any(r.p_value is not None for r in analysis.results)
+
+
+def why_inconclusive(analysis: WindowAnalysis) -> str:
+    """Why a window could not be judged, in its first undecided result's words ("" unless INCONCLUSIVE): a hold
+    says "no in-flight stratum holds 5 requests of each pool" when that is the cause, not "too little traffic"."""
+    if analysis.verdict != "INCONCLUSIVE":
+        return ""
+    undecided = [r.text for r in analysis.results if r.verdict == "INCONCLUSIVE"]
+    return undecided[0] if undecided else "no request in this window"
+
+
+def with_extra_results(analysis: WindowAnalysis, extra: Sequence[MetricResult]) -> WindowAnalysis:
+    """The window's analysis with results of other sources (the pool gauges) added, verdict recomputed.
+
+    A window whose own evidence is INCONCLUSIVE (too few requests, no overlapping strata, no records at all)
+    stays INCONCLUSIVE whatever the gauges say: a step never advances and a rollout never promotes on gauges
+    alone (before this rule, six empty windows at 0.2 requests/s passed on the two gauges and promoted)."""
+    if not extra:
+        return analysis
+    results = [*analysis.results, *extra]
+    verdict = window_verdict(results)
+    if analysis.verdict == "INCONCLUSIVE" or not analysis.results:
+        verdict = "INCONCLUSIVE"
+    return analysis.model_copy(update={"results": results, "verdict": verdict})
 
 
 def error_control_text(policy: AnalysisPolicy) -> str:
@@ -190,43 +240,55 @@ def error_control_text(policy: AnalysisPolicy) -> str:
 # ---- strata -----------------------------------------------------------------------------------------------
 
 
-def stratum(in_flight: int) -> int:
-    """The power-of-two bin of an in-flight count: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ..."""
-    return in_flight.bit_length()
+# Coarser bands tried, in order, when no power-of-two stratum holds enough of both pools: at small weights the
+# candidate's replicas run at 0-1 in flight while the baseline's run higher, and the fine bins never overlap.
+COARSENING = (0, 1, 2)
 
 
-def _by_stratum(samples: Sequence[RequestSample]) -> dict[int, list[RequestSample]]:
+def stratum(in_flight: int, coarse: int = 0) -> int:
+    """The power-of-two bin of an in-flight count: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ...; ``coarse`` merges
+    2^coarse adjacent bins (1: {0-1}, {2-7}, {8-31}, ...; 2: {0-7}, {8-127}, ...)."""
+    return in_flight.bit_length() >> coarse
+
+
+def _by_stratum(samples: Sequence[RequestSample], coarse: int = 0) -> dict[int, list[RequestSample]]:
     out: dict[int, list[RequestSample]] = {}
     for s in samples:
-        out.setdefault(stratum(s.in_flight), []).append(s)
+        out.setdefault(stratum(s.in_flight, coarse), []).append(s)
     return out
 
 
-def common_strata(base: Sequence[RequestSample], cand: Sequence[RequestSample], min_each: int) -> list[int]:
+def common_strata(base: Sequence[RequestSample], cand: Sequence[RequestSample], min_each: int, coarse: int = 0) -> list[int]:
     """Strata where both arms have at least ``min_each`` requests, in order."""
-    b, c = _by_stratum(base), _by_stratum(cand)
+    b, c = _by_stratum(base, coarse), _by_stratum(cand, coarse)
     return sorted(k for k in b.keys() & c.keys() if len(b[k]) >= min_each and len(c[k]) >= min_each)
 
 
-def overlap_shares(base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int]) -> tuple[float, float]:
+def overlap_shares(
+    base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int], coarse: int = 0
+) -> tuple[float, float]:
     """The share of each arm's requests that fall in the given strata."""
     keep = set(strata)
 
     def share(xs: Sequence[RequestSample]) -> float:
-        return sum(stratum(s.in_flight) in keep for s in xs) / len(xs) if xs else 0.0
+        return sum(stratum(s.in_flight, coarse) in keep for s in xs) / len(xs) if xs else 0.0
 
     return share(base), share(cand)
 
 
 def matched_baseline(
-    base: Sequence[RequestSample], cand: Sequence[RequestSample], strata: Sequence[int], rng: np.random.Generator
+    base: Sequence[RequestSample],
+    cand: Sequence[RequestSample],
+    strata: Sequence[int],
+    rng: np.random.Generator,
+    coarse: int = 0,
 ) -> tuple[list[RequestSample], list[RequestSample]]:
     """A baseline subsample with the candidate's stratum mix, and the candidate's requests in those strata.
 
     The subsample is as large as the scarcest stratum allows: m_s = floor(N p_s) for the candidate's shares
     p_s, with the largest N such that no stratum needs more baseline requests than it has.
     """
-    b, c = _by_stratum(base), _by_stratum(cand)
+    b, c = _by_stratum(base, coarse), _by_stratum(cand, coarse)
     n_cand = sum(len(c[k]) for k in strata)
     shares = {k: len(c[k]) / n_cand for k in strata}
     total = min(len(b[k]) / shares[k] for k in strata)
@@ -315,15 +377,27 @@ def _latency_result(
     if comparison == "stratified":
         base_ok = [s for s in base_all if s.ok and s.values.get(rule.metric)]
         cand_ok = [s for s in arms.candidate if s.ok and s.values.get(rule.metric)]
-        strata = common_strata(base_ok, cand_ok, policy.min_stratum_samples)
+        coarse, strata = next(
+            ((c, st) for c in COARSENING if (st := common_strata(base_ok, cand_ok, policy.min_stratum_samples, c))), (0, [])
+        )
         if not strata:
-            text = f"{segment} {rule.name}: no in-flight stratum holds {policy.min_stratum_samples} requests of each pool"
+            text = (
+                f"{segment} {rule.name}: no in-flight stratum holds {policy.min_stratum_samples} requests of each pool, "
+                f"even in bands of {2 ** COARSENING[-1]} power-of-two bins ({len(base_ok)} baseline / {len(cand_ok)} "
+                "candidate requests whose loads do not overlap); a control pool compares at equal load"
+            )
             return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
-        b_by, c_by = _by_stratum(base_ok), _by_stratum(cand_ok)
+        b_by, c_by = _by_stratum(base_ok, coarse), _by_stratum(cand_ok, coarse)
         pairs = [(_means(_request_values(b_by[k], rule.metric)), _means(_request_values(c_by[k], rule.metric))) for k in strata]
         p = van_elteren_worse(pairs, sign)
-        b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng)
+        b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng, coarse)
         base_reqs, cand_reqs = _request_values(b_match, rule.metric), _request_values(c_match, rule.metric)
+        # The verdict rests on the matched subsample, not on the pools as they came: count that one.
+        matched = {"n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
+        if min(len(base_reqs), len(cand_reqs)) < policy.min_samples:
+            counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests in the common in-flight strata"
+            text = f"{segment} {rule.name}: matched {counts}, fewer than {policy.min_samples}"
+            return MetricResult.model_validate(common | matched | {"verdict": "INCONCLUSIVE", "text": text})
     else:
         p = rank_test_worse(_means(base_reqs), _means(cand_reqs), sign)
     # One repetition per arm: the interval is the plain request-level bootstrap (no repetition pairing).
@@ -431,6 +505,9 @@ def analyse_window(
         if policy.max_error_rate_increase is not None:
             results.append(_error_result(segment, arms, comparison, threshold, policy, policy.max_error_rate_increase))
     verdict = window_verdict(results)
+    past = past_plan_warning(look, policy)
+    if past:
+        warnings.append(past)
     if comparison == "naive":
         warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
     return WindowAnalysis(

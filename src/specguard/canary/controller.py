@@ -34,11 +34,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.analysis import MetricResult, WindowAnalysis, analyse_window, window_verdict
+from specguard.canary.analysis import spends_look, why_inconclusive
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
-from specguard.canary.policy import analysis_policy, gauge_results, rollout_rule, samples_by_segment
+from specguard.canary.policy import analysis_policy, judge_records, rollout_rule
 from specguard.canary.pool_watch import BurstDetector, PoolWatcher, window_gauges
 from specguard.canary.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.rollout import Rollout
@@ -303,17 +303,30 @@ class CanaryController:
         readings = self.watcher.take_window()
         if self.state.status not in ("running", "paused"):
             return
-        self.state.look += 1
+        # Looks are spent only by windows that ran a test (analysis.spends_look): no-evidence windows take none.
+        look, step = self.state.look + 1, self.state.step
         counts: dict[str, int] = {}
         if self.server_side is not None:
-            judged = await self.server_side.judge(start, end, self.state.look, has_control=self.has_control)
+            judged = await self.server_side.judge(start, end, look, has_control=self.has_control)
             analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
             counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
         else:
             gauges, acceptance = window_gauges(readings)
-            segments = samples_by_segment(records, self.has_control)
-            analysis = analyse_window(self.policy, segments, self.state.look, seed=self.state.look)
-            analysis = _with_gauges(analysis, gauge_results(self.rollout.analysis.metrics, gauges))
+            # Off the relay loop: the records are handed over (this window's list is no longer appended to).
+            analysis = await asyncio.to_thread(
+                judge_records,
+                self.rollout,
+                self.policy,
+                records,
+                gauges,
+                look,
+                with_control=self.has_control,
+                percent=self.state.percent,
+            )
+        if self.state.status not in ("running", "paused") or self.state.step != step:
+            return  # rolled back, promoted or moved by the operator while the window was judged: it no longer applies
+        if spends_look(analysis):
+            self.state.look = look
         for r in records:
             counts[r.pool] = counts.get(r.pool, 0) + 1
         self.state.requests_in_step += sum(
@@ -322,7 +335,9 @@ class CanaryController:
         if self.server_side is not None:
             self.state.requests_in_step += judged.candidate_requests
         failures = [r for r in analysis.results if r.verdict == "FAIL"]
-        window = WindowRecord(step=self.state.step, verdict=analysis.verdict, failures=failures)
+        window = WindowRecord(
+            step=self.state.step, verdict=analysis.verdict, failures=failures, why_inconclusive=why_inconclusive(analysis)
+        )
         self.state.windows.append(window.model_dump(mode="json"))
         self.store.append_event(
             "window",
@@ -502,11 +517,3 @@ class CanaryController:
 
 class ManualActionRefused(Exception):
     """An admin action that does not apply to the rollout's state (answered 409)."""
-
-
-def _with_gauges(analysis: WindowAnalysis, extra: list[MetricResult]) -> WindowAnalysis:
-    """The window's analysis with the pool-gauge results added and its verdict recomputed over all results."""
-    if not extra:
-        return analysis
-    results = [*analysis.results, *extra]
-    return analysis.model_copy(update={"results": results, "verdict": window_verdict(results)})

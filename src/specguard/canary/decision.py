@@ -93,6 +93,7 @@ class WindowRecord(StrictModel):
     step: int = Field(ge=0)
     verdict: WindowVerdict
     failures: list[MetricResult] = []  # the FAILing results of the window's analysis
+    why_inconclusive: str = ""  # an INCONCLUSIVE window's first undecided result, in words: the true cause of a hold
 
 
 class CriticalEvent(StrictModel):
@@ -227,7 +228,8 @@ def _hold_reasons(
         )
         reasons.extend(_metric_reasons(failing))
     if windows and windows[-1].verdict == "INCONCLUSIVE" and not _full_step(rule, progress):
-        reasons.append(CanaryReason(code="window_inconclusive", text="the latest window had too little traffic to judge"))
+        why = windows[-1].why_inconclusive or "too little traffic to judge"
+        reasons.append(CanaryReason(code="window_inconclusive", text=f"the latest window could not be judged: {why}"))
     if progress.seconds_in_step < step.min_seconds:
         reasons.append(
             CanaryReason(

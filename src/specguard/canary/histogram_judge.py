@@ -44,7 +44,9 @@ from specguard.canary.analysis import (
     error_control_text,
     error_rate_result,
     look_alpha,
+    past_plan_warning,
     window_verdict,
+    with_extra_results,
     worse_sign,
 )
 from specguard.canary.histogram_tests import (
@@ -267,14 +269,17 @@ def judge_histogram_window(
         results.append(_error_rate(errors, reference, comparison, threshold, policy, policy.max_error_rate_increase))
     elif policy.max_error_rate_increase is not None:
         warnings.append("error rate not judged: no 5xx counters of the engine in this window")
-    if gauges is not None:
-        results.extend(gauge_results(gauge_budgets, gauges))
+    # Gauges are compared with the latency's reference pool and never decide a window on their own.
+    extra = gauge_results(gauge_budgets, gauges, reference) if gauges is not None else []
     if any(r.metric.endswith("_itl_ms") for r in results):
         warnings.append(ITL_PER_STEP)
     if comparison == "naive":
         warnings.append("naive comparison: the pools' loads differ, which can flatter the less loaded candidate")
+    past = past_plan_warning(look, policy)
+    if past:
+        warnings.append(past)
     verdict = window_verdict(results)
-    return WindowAnalysis(
+    analysis = WindowAnalysis(
         look=look,
         verdict=verdict,
         comparison=comparison,
@@ -285,3 +290,4 @@ def judge_histogram_window(
         source="server_histograms",
         method=METHOD,
     )
+    return with_extra_results(analysis, extra)

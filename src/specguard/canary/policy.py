@@ -8,8 +8,7 @@ definitions (per-token ITL spreads each chunk gap over the chunk's tokens: ``ana
 Planned looks. The false-rollback rate is spent over a planned number of looks (``analysis.py``). A step
 needs at least max(ceil(min_time_s / window_s), promote_windows) windows; the plan is twice the sum over
 the steps, since windows without enough traffic (INCONCLUSIVE) and failing-then-passing windows take
-looks too. Looks past the plan have no alpha left: they can still PASS and critical conditions still roll
-back, but latency regressions can no longer FAIL a window, so the plan errs long.
+looks too. Looks past the plan are extended with a stated tail (``analysis.look_alpha``), never judged at 0.
 """
 
 from __future__ import annotations
@@ -18,7 +17,16 @@ import math
 from collections.abc import Mapping, Sequence
 
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.canary.analysis import AnalysisPolicy, MetricResult, MetricRule, RequestSample, SegmentSamples
+from specguard.canary.analysis import (
+    AnalysisPolicy,
+    MetricResult,
+    MetricRule,
+    RequestSample,
+    SegmentSamples,
+    WindowAnalysis,
+    analyse_window,
+    with_extra_results,
+)
 from specguard.canary.decision import RolloutRule, StepRule
 from specguard.canary.records import ProxiedRequest
 from specguard.canary.rollout import LATENCY_METRICS, POOL_GAUGES, MetricBudget, Rollout
@@ -26,6 +34,7 @@ from specguard.canary.rollout import LATENCY_METRICS, POOL_GAUGES, MetricBudget,
 __all__ = [
     "analysis_policy",
     "gauge_results",
+    "judge_records",
     "planned_looks",
     "request_sample",
     "rollout_rule",
@@ -56,6 +65,7 @@ def analysis_policy(rollout: Rollout) -> AnalysisPolicy:
         metrics=rules,
         max_error_rate_increase=errors[0] if errors else None,
         min_samples=a.min_samples,
+        min_stratum_samples=a.min_stratum_samples,
         alpha=a.false_rollback_rate,
         max_looks=planned_looks(rollout),
         spending=a.spending,
@@ -104,28 +114,38 @@ def samples_by_segment(records: Sequence[ProxiedRequest], with_control: bool) ->
     }
 
 
-def gauge_results(budgets: Sequence[MetricBudget], gauges: Mapping[str, Mapping[str, float]]) -> list[MetricResult]:
-    """The pool gauges (mean per server over the window's scrapes): candidate minus baseline against the margin.
+def gauge_results(
+    budgets: Sequence[MetricBudget],
+    gauges: Mapping[str, Mapping[str, float]],
+    reference: str = "baseline",
+    percent: float | None = None,
+) -> list[MetricResult]:
+    """The pool gauges (mean per server over the window's scrapes): candidate minus ``reference`` against the margin.
+
+    ``reference`` is the pool the latency is compared with (``control`` when there is a control pool). At
+    100 % (``percent``) no gauge is compared: the baseline is idle there and would flatter nothing but itself.
 
     No test: a gauge is read a handful of times per window and its reads are not independent; the margin is
     the operator's statement of how much worse is tolerable. A pool without readings makes it INCONCLUSIVE.
     """
     results: list[MetricResult] = []
-    base, cand = gauges.get("baseline", {}), gauges.get("candidate", {})
+    if percent is not None and percent >= 100:
+        return results
+    base, cand = gauges.get(reference, {}), gauges.get("candidate", {})
     for b in budgets:
         if b.metric not in POOL_GAUGES:
             continue
         common = {"segment": "all", "metric": b.metric, "comparison": "naive", "threshold": 0.0, "budget": b.budget}
         vb, vc = base.get(b.metric), cand.get(b.metric)
         if vb is None or vc is None:
-            text = f"{b.metric}: no reading of the {'baseline' if vb is None else 'candidate'} pool in this window"
+            text = f"{b.metric}: no reading of the {reference if vb is None else 'candidate'} pool in this window"
             results.append(
                 MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "n_baseline": 0, "n_candidate": 0, "text": text})
             )
             continue
         worse = vc - vb if b.direction == "lower_is_better" else vb - vc
         verdict = "FAIL" if worse > b.budget else "PASS"
-        text = f"{b.metric} per server: candidate {vc:.3g} vs baseline {vb:.3g}, margin {b.budget:g}: {verdict}"
+        text = f"{b.metric} per server: candidate {vc:.3g} vs {reference} {vb:.3g}, margin {b.budget:g}: {verdict}"
         results.append(
             MetricResult.model_validate(
                 common
@@ -140,3 +160,22 @@ def gauge_results(budgets: Sequence[MetricBudget], gauges: Mapping[str, Mapping[
             )
         )
     return results
+
+
+def judge_records(
+    rollout: Rollout,
+    policy: AnalysisPolicy,
+    records: Sequence[ProxiedRequest],
+    gauges: Mapping[str, Mapping[str, float]],
+    look: int,
+    *,
+    with_control: bool,
+    percent: float,
+) -> WindowAnalysis:
+    """A window's records and gauges to its analysis, start to end, touching nothing shared: the controller
+    runs it in a worker thread with the records handed over, so that the proxy's relay loop stays free (run on
+    the loop it delayed chunks by up to 1 s: issue 26)."""
+    segments = samples_by_segment(records, with_control)
+    analysis = analyse_window(policy, segments, look, seed=look)
+    reference = "control" if with_control else "baseline"
+    return with_extra_results(analysis, gauge_results(rollout.analysis.metrics, gauges, reference, percent))

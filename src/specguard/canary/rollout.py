@@ -312,6 +312,9 @@ class Analysis(FiniteModel):
     min_tail_samples: int = Field(default=MIN_TAIL_SAMPLES, ge=1, description="observations beyond a percentile before it counts")
     resamples: int = Field(default=DEFAULT_RESAMPLES, ge=MIN_RESAMPLES)
     min_samples: int = Field(default=50, ge=2, description="requests per pool, segment and window before a metric is judged")
+    min_stratum_samples: int = Field(
+        default=5, ge=1, description="requests of each pool an in-flight stratum needs before it joins the matched comparison"
+    )
     spending: Literal["pocock", "obrien_fleming"] = Field(
         default="pocock", description="how the false-rollback rate is spent over the looks"
     )

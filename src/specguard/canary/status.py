@@ -25,7 +25,8 @@ def status_document(state: ControllerState, decisions: Sequence[CanaryEvent], re
         "weight": state.percent,
         "step": state.step,
         "state": state.status,
-        "windows": state.look,
+        "windows": len(state.windows),
+        "looks": state.look,  # windows that ran a test and spent a share of alpha
         "seconds_in_step": round(state.seconds_in_step, 3),
         "requests_in_step": state.requests_in_step,
         "requests": dict(requests),

@@ -68,7 +68,13 @@ def test_the_looks_spend_exactly_alpha_over_the_planned_looks(spending):
     per_look = [look_alpha(k, 0.05, 30, spending) for k in range(1, 31)]
     assert math.isclose(sum(per_look), 0.05, rel_tol=1e-9)
     assert all(a > 0 for a in per_look)
-    assert look_alpha(31, 0.05, 30, spending) == 0.0
+    # Past the plan (issue 26): never 0; the tail alpha_K / (j (j+1)) sums to alpha_K (telescoping), so
+    # 10,000 extra looks add less than alpha_K to the rollout's bound.
+    tail = [look_alpha(30 + j, 0.05, 30, spending) for j in range(1, 10_001)]
+    assert all(a > 0 for a in tail)
+    assert tail[0] == pytest.approx(per_look[-1] / 2)
+    assert sum(tail) < per_look[-1]
+    assert sum(tail) == pytest.approx(per_look[-1] * (1 - 1 / 10_001))
 
 
 def test_pocock_spends_early_and_obrien_fleming_late():
