@@ -64,6 +64,9 @@ class CheckState(BaseModel):
     failures: list[Failure] = Field(default_factory=list)
     sweep: SweepRecord | None = Field(default=None, description="a sweep's stages so far; blocks grow with them")
     repetitions_run: int | None = Field(default=None, description="check --until-decided: repetitions run or begun")
+    block_cells: dict[str, list[str]] = Field(
+        default_factory=dict, description="check --until-decided: a further block's cells (its undecided ones); absent: all"
+    )
     looks: list[LookRecord] = Field(default_factory=list, description="check --until-decided: every look so far")
 
     @property

@@ -457,6 +457,9 @@ def _run_block(
     for traffic in levels:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
+                only = state.block_cells.get(block)  # a sequential check's further block: its undecided cells
+                if only is not None and cell_key(traffic.name, sampling.name, i) not in only:
+                    continue
                 run_dir = d.run_dir(arm, rep, cell_key(traffic.name, sampling.name, i))
                 cfg = BenchConfig(
                     base_url=base_url,

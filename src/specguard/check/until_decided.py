@@ -4,7 +4,9 @@ After the plan's repetitions the check decides at look 1 of an alpha-spending pl
 Lan & DeMets 1983, a Pocock-type spending function, for the GO side's bounds and the NO-GO side's Holm
 family alike). While the verdict is INCONCLUSIVE, the plan's ``sequential.look_every`` further
 repetitions run, both arms interleaved, over the traffic levels whose tests are still undecided only,
-and it decides again at the next look. The looks are planned up front from the requests per arm: the
+and it decides again at the next look. A level-wide test (its P99 guardrails, its error rate) repeats
+every sampling setting of the level; an objective undecided at one target cell repeats that sampling only.
+The looks are planned up front from the requests per arm: the
 plan's repetitions, then every ``look_every`` repetitions more while the total stays within
 ``sequential.max_requests_per_arm``; the last look spends what alpha is left. Every look (its number,
 the requests per arm so far, each test's interval and p-value) goes into check-state.json as it is
@@ -22,7 +24,8 @@ from specguard.check.record import block_name
 from specguard.check.report import build_verdict
 from specguard.check.runner import _Run, requests_to_run
 from specguard.errors import UsageError
-from specguard.verdict.model import Look, LookRecord
+from specguard.results.check_dir import cell_key
+from specguard.verdict.model import Look, LookRecord, Undecided
 from specguard.verdict.sequential import look_schedule, planned_looks
 
 if TYPE_CHECKING:
@@ -52,6 +55,18 @@ def _per_repetition(run: _Run) -> int:
     n = requests_to_run(run.resolved, run.resolved.plan.levels, [1])
     assert n is not None  # check_until_decided_plan refused timed levels before any traffic
     return n  # per arm: one block's requests
+
+
+def _undecided_cells(plan: CheckPlan, undecided: list[Undecided], sources: int) -> list[str]:
+    """The cells a further repetition runs: each undecided level's undecided sampling settings (all, for a
+    level-wide test such as its P99 guardrails), every prompt source."""
+    out = []
+    for t in plan.levels:
+        wanted = {u.sampling for u in undecided if u.traffic == t.name}
+        for smp in plan.sampling:
+            if None in wanted or smp.name in wanted:
+                out += [cell_key(t.name, smp.name, i) for i in range(sources)]
+    return out
 
 
 def run_until_decided(run: _Run) -> None:
@@ -97,4 +112,6 @@ def run_until_decided(run: _Run) -> None:
             more = list(range(reps + 1, reps + seq.look_every + 1))
             state.repetitions_run = more[-1]
             state.blocks += [block_name(r, a) for r in more for a in run.resolved.arms]
+            cells = _undecided_cells(plan, v.undecided, len(run.resolved.prompt_sets))
+            state.block_cells |= {block_name(r, a): cells for r in more for a in run.resolved.arms}
         run.save()
