@@ -77,3 +77,35 @@ def test_until_decided_without_a_sequential_block_is_refused_before_any_traffic(
     r = specguard("check", str(plan), "--out", str(tmp_path / "check"), "--quiet", "--until-decided")
     assert r.returncode == 2 and "needs the plan's sequential: block" in r.stderr
     assert not base.chunk_logs() and not (tmp_path / "check").exists()
+
+
+def test_resume_continues_the_sequence_from_its_last_recorded_look(scripted, tmp_path):  # type: ignore[no-untyped-def]
+    """A check cut after look 2 had planned repetition 3 (state saved, its blocks not run) takes look 3 on --resume."""
+    import shutil
+
+    base = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
+    cand = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
+    plan = write_plan(tmp_path, base, cand, "sequential: {max_requests_per_arm: 60, look_every: 1}")
+    out = tmp_path / "check"
+    first = specguard("check", str(plan), "--out", str(out), "--quiet", "--until-decided")
+    assert first.returncode == 1
+    # rewind to the moment after look 2: its repetition 3 begun in the state, not yet run, no verdict
+    state_path = out / "check-state.json"
+    state = json.loads(state_path.read_text())
+    state["looks"] = state["looks"][:2]
+    state["done"] = [b for b in state["done"] if not b.endswith("rep3")]
+    state_path.write_text(json.dumps(state))
+    shutil.rmtree(out / "runs" / "baseline" / "rep3")
+    shutil.rmtree(out / "runs" / "candidate" / "rep3")
+    for name in ("verdict.json", "report.md", "report.html", "cells.csv"):
+        (out / name).unlink()
+    seen = len(cand.chunk_logs())
+    r = specguard("check", str(plan), "--out", str(out), "--quiet", "--until-decided", "--resume")
+    v = json.loads((out / "verdict.json").read_text())
+    assert (r.returncode, v["verdict"]) == (1, "NO-GO"), r.stderr[-2000:]
+    assert [(lk["index"], lk["requests_per_arm"], lk["verdict"]) for lk in v["looks"]] == [
+        (1, 20, "INCONCLUSIVE"),
+        (2, 40, "INCONCLUSIVE"),
+        (3, 60, "NO-GO"),
+    ]
+    assert len(cand.chunk_logs()) - seen == 20  # only repetition 3 ran again, on the candidate 20 requests
