@@ -15,12 +15,10 @@ from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
 from specguard.results.store import load_run, load_summary
 from specguard.verdict import CellComparison, OneArmCell
+from specguard.verdict.level_guards import LEVEL_PERCENTILES
 from specguard.verdict.model import LevelComparison
 
 _CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
-# The percentiles a traffic level's latency guardrails are tested at: P99, and where it is not yet resolvable, the
-# highest that is (NO-GO side only; verdict/level_guards.py says why).
-LEVEL_PERCENTILES = {"p99": 0.99, "p90": 0.90, "p50": 0.50}
 # One cell x segment's requests per repetition, per arm, for a traffic level's pooled tests.
 _CellRecords = tuple[list[list[RequestRecord]], list[list[RequestRecord]]]
 

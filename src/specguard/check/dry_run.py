@@ -15,6 +15,7 @@ import math
 
 from pydantic import BaseModel
 
+from specguard.analysis.compare import QUANTILES
 from specguard.check.plan import CheckPlan, TrafficLevel
 from specguard.check.requirements import plan_requirements, plan_warnings
 from specguard.verdict.power import POWER, Effect, LevelSize, Spreads, level_size
@@ -77,9 +78,6 @@ def _run_seconds(t: TrafficLevel, per_run: int | None, request_s: float) -> tupl
     return math.ceil(per_run / in_flight) * request_s, True
 
 
-_QUANTILE = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
-
-
 def dry_run(
     plan: CheckPlan,
     baseline_imported: bool = False,
@@ -112,7 +110,7 @@ def dry_run(
             plan.objective.min_improvement,
             budgets,
             spreads,
-            _QUANTILE[plan.objective.percentile],
+            QUANTILES[plan.objective.percentile],
             plan.statistics.min_tail_samples,
         )
         arms_sending = 1 if baseline_imported else 2

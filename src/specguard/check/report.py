@@ -123,12 +123,7 @@ def build_verdict(
     """
     looks = list(record.looks if looks is None else looks)
     if look is None:
-        last = looks[-1] if looks else None
-        look = (
-            SINGLE_LOOK
-            if last is None
-            else Look(index=last.index, of=last.of, alpha_go=last.alpha_go, alpha_nogo=last.alpha_nogo)
-        )
+        look = looks[-1].look if looks else SINGLE_LOOK
     plan = record.measured_plan
     late = late_checks(record, out)
     cells, levels = comparisons(plan, out, skip=late.mismatched)
@@ -171,7 +166,7 @@ def build_verdict(
         labels=record.plan.labels,
         equivalence=equivalence_table(cells, verdict.reasons, greedy, eq.guardrail, eq.max_extra_divergence),
         baseline_imports=record.baseline_imports,
-        looks=list(looks),
+        looks=looks,
     )
 
 

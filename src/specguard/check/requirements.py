@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from specguard.analysis.ab_statistics import min_samples
+from specguard.analysis.compare import QUANTILES
 from specguard.check.plan import CheckPlan, TrafficLevel
 
 __all__ = ["CellRequirement", "plan_requirements", "plan_warnings"]
@@ -43,7 +44,7 @@ def _planned(t: TrafficLevel, repetitions: int) -> int | None:
 def plan_requirements(plan: CheckPlan) -> list[CellRequirement]:
     """Per traffic level (each of its sampling x segment cells alike), the requests per arm each percentile needs."""
     tail = plan.statistics.min_tail_samples
-    q_obj = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[plan.objective.percentile]
+    q_obj = QUANTILES[plan.objective.percentile]
     # Throughput has one value per run, not per request: its need is the repetitions, not a tail count.
     objective = 0 if plan.objective.metric == "output_tokens_per_s" else min_samples(q_obj, tail)
     p99 = min_samples(0.99, tail)

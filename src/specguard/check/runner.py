@@ -454,13 +454,14 @@ def _run_block(
     plan_arm: Arm = getattr(plan.arms, arm)
     base_url, model, metrics_url, api_key = where
     progress = progress or MatrixProgress()
+    only = state.block_cells.get(block)  # a sequential check's further block: its undecided cells (None: all)
     for traffic in levels:
         for sampling in plan.sampling:
             for i, prompts in enumerate(resolved.prompt_sets):
-                only = state.block_cells.get(block)  # a sequential check's further block: its undecided cells
-                if only is not None and cell_key(traffic.name, sampling.name, i) not in only:
+                key = cell_key(traffic.name, sampling.name, i)
+                if only is not None and key not in only:
                     continue
-                run_dir = d.run_dir(arm, rep, cell_key(traffic.name, sampling.name, i))
+                run_dir = d.run_dir(arm, rep, key)
                 cfg = BenchConfig(
                     base_url=base_url,
                     model=model,

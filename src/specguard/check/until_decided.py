@@ -72,8 +72,7 @@ def _undecided_cells(plan: CheckPlan, undecided: list[Undecided], sources: int) 
 def run_until_decided(run: _Run) -> None:
     """Look, and while undecided run the undecided levels' further repetitions, until decided or out of budget."""
     plan = run.resolved.plan
-    check_until_decided_plan(plan)
-    assert plan.sequential is not None
+    assert plan.sequential is not None  # check_until_decided_plan refused the plan at the edge otherwise
     per_rep = _per_repetition(run)
     seq = plan.sequential
     schedule = look_schedule(planned_looks(per_rep * plan.repetitions, per_rep, seq.look_every, seq.max_requests_per_arm))

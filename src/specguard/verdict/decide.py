@@ -254,17 +254,9 @@ def secondary(r: Reason) -> Reason:
     return r.model_copy(update={"secondary": True, "text": f"also: {r.text}"})
 
 
-def cell_reasons(
-    cell: CellComparison,
-    line: CellLine,
-    objective: ObjectiveRule,
-    obj_name: str,
-    guardrails: GuardrailRule,
-    guards: list[Reason],
-    look: Look = SINGLE_LOOK,
-) -> list[Reason]:
-    """Everything one cell says against GO, in the order people read it: objective, tails and errors, preemptions."""
-    obj = objective_reason(cell, line, objective, obj_name, look) if cell.target else None
+def cell_reasons(cell: CellComparison, obj: Reason | None, guardrails: GuardrailRule, guards: list[Reason]) -> list[Reason]:
+    """Everything one cell says against GO, in the order people read it: objective (``objective_reason``, None at a
+    cell that is not a target), tails and errors, preemptions."""
     return ([obj] if obj else []) + guards + preemption_reasons(cell, guardrails)
 
 
@@ -330,7 +322,8 @@ def decide(
     higher = objective.metric in HIGHER_IS_BETTER
     obj_name = f"{objective.percentile} {objective.metric}"
     lines = [cell_line(c, obj_name, higher, look.alpha_go) for c in cells]
-    tests = guardrail_tests(cells, levels, guardrails, equivalence, look.alpha_go)
+    level_scope = bool(levels) and guardrails.scope == "level"
+    tests = guardrail_tests(cells, levels if level_scope else (), guardrails, equivalence, look.alpha_go)
     beyond = holm_beyond(tests, look.alpha_nogo)
     by_test = [(t, guard_reason(t, beyond.get(id(t), False))) for t in tests]
     per_cell: dict[str, list[Reason]] = defaultdict(list)
@@ -342,7 +335,7 @@ def decide(
         c.name: objective_reason(c, line, objective, obj_name, look) for c, line in zip(cells, lines) if c.target
     }
     found = failure_reasons(failures) + [
-        r for c, line in zip(cells, lines) for r in cell_reasons(c, line, objective, obj_name, guardrails, per_cell[c.name], look)
+        r for c in cells for r in cell_reasons(c, objective_reasons.get(c.name), guardrails, per_cell[c.name])
     ]
     found += pooled
     found += [one_arm_reason(c) for c in one_arm]
@@ -352,7 +345,7 @@ def decide(
     unsure = [r for r in found if is_unsure(r)]
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))
     warnings = [w for c in cells for w in cell_warnings(c)]
-    if levels and guardrails.scope == "level":
+    if level_scope:
         warnings += confined_regression_warnings(cells, guardrails)
     return Verdict(
         verdict=verdict,

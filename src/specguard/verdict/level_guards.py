@@ -50,6 +50,7 @@ from specguard.verdict.model import CellComparison, EquivalenceRule, GuardrailRu
 from specguard.verdict.stratified import Stratum, stratified_difference, stratified_p_beyond
 
 __all__ = [
+    "LEVEL_PERCENTILES",
     "WHOLE_CHECK",
     "confined_regression_warnings",
     "error_strata",
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 WHOLE_CHECK = "the whole check"
+# The percentiles a traffic level's latency guardrails are compared at (check.aggregate): P99, and where it is not
+# yet resolvable, the highest that is (NO-GO side only, FALLBACK_PERCENTILES).
+LEVEL_PERCENTILES = {"p99": 0.99, "p90": 0.90, "p50": 0.50}
 FALLBACK_PERCENTILES = ("p90", "p50")
 
 

@@ -230,6 +230,11 @@ class LookRecord(BaseModel):
     tests: list[TestAtLook] = []
     undecided: list[Undecided] = []
 
+    @property
+    def look(self) -> Look:
+        """The look this record was decided at (to decide again at it: ``report --force``)."""
+        return Look(index=self.index, of=self.of, alpha_go=self.alpha_go, alpha_nogo=self.alpha_nogo)
+
 
 class Verdict(BaseModel):
     verdict: VerdictName

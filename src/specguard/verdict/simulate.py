@@ -35,7 +35,9 @@ import numpy as np
 from scipy import stats
 
 from specguard.analysis.ab_statistics import RatioResult, min_samples
+from specguard.analysis.compare import QUANTILES
 from specguard.verdict.decide import decide
+from specguard.verdict.level_guards import LEVEL_PERCENTILES
 from specguard.verdict.model import (
     SINGLE_LOOK,
     CellComparison,
@@ -62,7 +64,6 @@ __all__ = [
 
 Z = float(stats.norm.ppf(0.975))
 DEFAULT_SPREADS = Spreads()
-LEVEL_QUANTILES = {"p99": 0.99, "p90": 0.90, "p50": 0.50}
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class _Draws:
         self.errors = np.zeros((k, 2), dtype=np.int64)
 
     def _keys(self) -> list[str]:
-        return ["objective"] + [f"{m}:{q}" for m in ("e2e", "ttft") for q in LEVEL_QUANTILES]
+        return ["objective"] + [f"{m}:{q}" for m in ("e2e", "ttft") for q in LEVEL_PERCENTILES]
 
     def add(self, more: np.ndarray) -> None:
         """``more[i]`` further requests per arm in cell i."""
@@ -167,7 +168,7 @@ class _Draws:
 
     def comparisons(self) -> tuple[list[CellComparison], list[LevelComparison]]:
         lay, t, s = self.layout, self.truth, self.spreads
-        q_obj = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[lay.objective.percentile]
+        q_obj = QUANTILES[lay.objective.percentile]
         cells = []
         for i, (level, sampling, segment) in enumerate(lay.cells):
             n = int(self.n[i])
@@ -207,7 +208,7 @@ class _Draws:
                 continue
             tables: dict[str, dict[str, RatioResult]] = {"e2e": {}, "ttft": {}}
             for metric, ratio, sigma in (("e2e", t.e2e_ratio, s.e2e), ("ttft", t.ttft_ratio, s.ttft)):
-                for name, q in LEVEL_QUANTILES.items():
+                for name, q in LEVEL_PERCENTILES.items():
                     lr, sd, n = self._log_ratio(f"{metric}:{name}", rows, ratio, sigma, q)
                     tables[metric][name] = _ratio(lr, sd, n, q, lay.min_tail)
             levels.append(
