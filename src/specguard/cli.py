@@ -378,6 +378,10 @@ def check(
         raise typer.Exit(0)
     from specguard.check.until_decided import check_until_decided_plan, run_until_decided
 
+    given = [name for name, value in (("--pilot", pilot), ("--assume-improvement", assume_improvement)) if value is not None]
+    given += ["--assume-guardrail-ratio"] if assume_guardrail_ratio != 1.0 else []
+    if given:  # the sizing options belong to the dry run (returned above): refused before anything is sent
+        raise UsageError(f"{', '.join(given)}: size a plan with --dry-run; a check measures, it does not assume")
     if until_decided:
         check_until_decided_plan(plan)
         if baseline_run:

@@ -229,3 +229,10 @@ def test_dry_run_sizes_from_a_pilot_and_refuses_a_pilot_that_is_not_a_run(cli: C
     cli.fails(
         ["check", plan, "--out", tmp_path / "out", "--dry-run", "--pilot", tmp_path], USAGE, "--pilot expects a run directory"
     )
+
+
+def test_sizing_options_without_dry_run_are_refused_before_any_traffic(cli: Cli, tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "plan.yaml")
+    cli.fails(["check", plan, "--out", tmp_path / "out", "--pilot", tmp_path], USAGE, "--pilot: size a plan with --dry-run")
+    cli.fails(["check", plan, "--out", tmp_path / "out", "--assume-guardrail-ratio", "1.1"], USAGE, "--assume-guardrail-ratio")
+    assert not (tmp_path / "out").exists()
