@@ -212,7 +212,10 @@ async def test_at_a_twentieth_of_the_load_the_matched_comparison_matters(scripte
     # level says (1.079 [1.001, 1.200] in one CI run; 0.83 [0.74, 1.27] in 1 of 9 local runs), so that
     # assertion fails by chance rather than by a fault.
     assert 0.75 < matched.ratio.ratio < 1 / 0.75, matched.text
-    assert matched.verdict == "PASS"
+    # Not significantly worse; it passes only where the window had the power to see +10 % (issue 26's power rule:
+    # the ~25 streams a pool gets here give about 30 %, so this window holds rather than passes).
+    assert matched.verdict != "FAIL" and matched.power is not None, matched.text
+    assert (matched.verdict == "PASS") == (matched.power >= policy.min_power), matched.text
     assert p99_itl(stratified).verdict == "INCONCLUSIVE" and stratified.warnings, "no overlap: no judgement, said"
 
 

@@ -54,8 +54,10 @@ from pydantic import BaseModel, Field, model_validator
 from scipy import stats
 
 from specguard.analysis.ab_statistics import RatioResult, compare_percentile
+from specguard.analysis.ab_statistics import min_samples as observations_needed
 from specguard.analysis.defaults import MIN_RESAMPLES, MIN_TAIL_SAMPLES
 from specguard.analysis.definitions import METRIC_DEFINITIONS
+from specguard.canary.rank_power import rank_test_power, scale_for_power, shifted_superiority
 from specguard.models_base import FiniteModel, StrictModel
 
 WindowVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
@@ -110,6 +112,8 @@ class AnalysisPolicy(FiniteModel):
     spending: Spending = "pocock"
     resamples: int = Field(default=MIN_RESAMPLES * 5, ge=MIN_RESAMPLES)
     min_tail: int = Field(default=MIN_TAIL_SAMPLES, ge=1)
+    # A PASS needs this power to see a regression of the budget's size (rank_power); 0: Kayenta's plain rule.
+    min_power: float = Field(default=0.8, ge=0, lt=1)
 
 
 class RequestSample(StrictModel):
@@ -147,6 +151,9 @@ class MetricResult(BaseModel):
     candidate_value: float | None = None
     text: str
     test: str | None = None  # which test decided, where the source offers a choice (histogram_judge); None: this module's
+    percentile: float | None = None  # the percentile the ratio was judged at, when the rule's was not resolvable
+    power: float | None = None  # the test's power to see the budget (rank_power); None where no test ran
+    scale_needed: float | None = None  # an undecided result: how many times this window's requests would decide it
 
 
 class WindowAnalysis(BaseModel):
@@ -159,6 +166,7 @@ class WindowAnalysis(BaseModel):
     error_control: str
     source: Source = "proxy_requests"
     method: str | None = None  # the tests used, in words, where not this module's (histogram_judge)
+    hold_estimate: str = ""  # an undecided window: how long a window on this traffic would need (hold_estimate())
 
 
 # ---- sequential error control -------------------------------------------------------------------------------
@@ -214,7 +222,23 @@ def why_inconclusive(analysis: WindowAnalysis) -> str:
     if analysis.verdict != "INCONCLUSIVE":
         return ""
     undecided = [r.text for r in analysis.results if r.verdict == "INCONCLUSIVE"]
-    return undecided[0] if undecided else "no request in this window"
+    why = undecided[0] if undecided else "no request in this window"
+    return f"{why}; {analysis.hold_estimate}" if analysis.hold_estimate else why
+
+
+def hold_estimate(analysis: WindowAnalysis, window_s: float, percent: float) -> str:
+    """For an undecided window, the window length that this traffic would need to decide every result, from each
+    result's ``scale_needed`` (too few requests, too little power), or "" when no result says (strata that do not
+    overlap, no candidate request at all): the operator learns at the first hold, not after an hour of them."""
+    undecided = [r for r in analysis.results if r.verdict == "INCONCLUSIVE"]
+    scales = [r.scale_needed for r in undecided if r.scale_needed is not None]
+    if not undecided or len(scales) < len(undecided):
+        return ""
+    seconds = max(scales) * window_s
+    return (
+        f"at {percent:g} % on this traffic a judged window needs about {seconds:.0f} s (analysis.window_s is "
+        f"{window_s:g}): raise window_s, or add a control pool"
+    )
 
 
 def with_extra_results(analysis: WindowAnalysis, extra: Sequence[MetricResult]) -> WindowAnalysis:
@@ -370,9 +394,7 @@ def _latency_result(
     common: dict[str, object] = {"segment": segment, "metric": rule.name, "comparison": comparison}
     common |= {"threshold": threshold, "budget": rule.budget, "n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
     if min(len(base_reqs), len(cand_reqs)) < policy.min_samples:
-        counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests"
-        text = f"{segment} {rule.name}: {counts}, fewer than {policy.min_samples}"
-        return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text})
+        return _too_few(common, segment, rule, policy, len(base_reqs), len(cand_reqs), "")
     sign = worse_sign(rule)
     if comparison == "stratified":
         base_ok = [s for s in base_all if s.ok and s.values.get(rule.metric)]
@@ -393,38 +415,97 @@ def _latency_result(
         b_match, c_match = matched_baseline(base_ok, cand_ok, strata, rng, coarse)
         base_reqs, cand_reqs = _request_values(b_match, rule.metric), _request_values(c_match, rule.metric)
         # The verdict rests on the matched subsample, not on the pools as they came: count that one.
-        matched = {"n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
+        common |= {"n_baseline": len(base_reqs), "n_candidate": len(cand_reqs)}
         if min(len(base_reqs), len(cand_reqs)) < policy.min_samples:
-            counts = f"{len(base_reqs)} baseline / {len(cand_reqs)} candidate requests in the common in-flight strata"
-            text = f"{segment} {rule.name}: matched {counts}, fewer than {policy.min_samples}"
-            return MetricResult.model_validate(common | matched | {"verdict": "INCONCLUSIVE", "text": text})
+            where = " in the common in-flight strata"
+            return _too_few(common, segment, rule, policy, len(base_reqs), len(cand_reqs), where)
     else:
         p = rank_test_worse(_means(base_reqs), _means(cand_reqs), sign)
-    # One repetition per arm: the interval is the plain request-level bootstrap (no repetition pairing).
-    ratio = compare_percentile(
-        [base_reqs], [cand_reqs], rule.percentile, resamples=policy.resamples, seed=seed, min_tail=policy.min_tail
-    )
+    ratio, q = _resolvable_ratio(rule, base_reqs, cand_reqs, policy, seed)
+    if ratio is None:
+        need = observations_needed(PERCENTILE_FALLBACK[-1], policy.min_tail)
+        text = f"{segment} {rule.name}: no percentile down to p50 has {policy.min_tail} observations beyond it"
+        return MetricResult.model_validate(
+            common | {"verdict": "INCONCLUSIVE", "text": text, "scale_needed": need / min(len(base_reqs), len(cand_reqs))}
+        )
+    power, scale = _power(rule, base_reqs, len(base_reqs), len(cand_reqs), threshold, policy)
     significant = p is not None and p < threshold
     beyond = beyond_budget(rule, ratio.ratio)
     verdict: WindowVerdict = "FAIL" if significant and beyond else "PASS"
+    if verdict == "PASS" and power is not None and power < policy.min_power:
+        verdict = "INCONCLUSIVE"
     p_text = "n/a" if p is None else f"{p:.3g}"
+    tail = observations_needed(rule.percentile, policy.min_tail)
+    at = "" if q == rule.percentile else f" judged at p{q * 100:g} (p{rule.percentile * 100:g} needs {tail} observations)"
+    power_text = "" if power is None else f", power {power:.0%} to see {_budget_text(rule)}"
     text = (
-        f"{segment} {rule.name} ({comparison}): ratio {ratio.ratio:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}], "
-        f"budget {rule.budget:.0%}, one-sided p {p_text} vs {threshold:.3g}: {verdict}"
+        f"{segment} {rule.name} ({comparison}){at}: ratio {ratio.ratio:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}], "
+        f"budget {rule.budget:.0%}, one-sided p {p_text} vs {threshold:.3g}{power_text}: {verdict}"
     )
+    if verdict == "INCONCLUSIVE":
+        more = "" if scale is None else f"; about {scale:.1f}x this window's requests would reach it"
+        text += f" (not significantly worse, but a pass needs power {policy.min_power:.0%}{more})"
     return MetricResult.model_validate(
         common
         | {
             "verdict": verdict,
             "ratio": ratio,
             "p_value": p,
-            "n_baseline": len(base_reqs),
-            "n_candidate": len(cand_reqs),
             "baseline_value": ratio.baseline,
             "candidate_value": ratio.candidate,
             "text": text,
+            "percentile": q,
+            "power": power,
+            "scale_needed": scale if verdict == "INCONCLUSIVE" else None,
         }
     )
+
+
+# When the rule's percentile has too few observations beyond it (``min_tail``), the ratio is judged at the next
+# of these that has them, as Gate 4's verdict falls back from P99 (issue 26: a P99 on 10 requests was a PASS).
+PERCENTILE_FALLBACK = (0.90, 0.50)
+
+
+def _resolvable_ratio(
+    rule: MetricRule, base: list[list[float]], cand: list[list[float]], policy: AnalysisPolicy, seed: int
+) -> tuple[RatioResult | None, float]:
+    """The percentile ratio at the rule's percentile, or at the highest fallback with enough tail observations."""
+    for q in (rule.percentile, *(f for f in PERCENTILE_FALLBACK if f < rule.percentile)):
+        ratio = compare_percentile([base], [cand], q, resamples=policy.resamples, seed=seed, min_tail=policy.min_tail)
+        if ratio.enough_samples:
+            return ratio, q
+    return None, rule.percentile
+
+
+def _budget_text(rule: MetricRule) -> str:
+    return f"{'+' if rule.direction == 'lower_is_better' else '-'}{rule.budget:.0%}"
+
+
+def _power(
+    rule: MetricRule, base: list[list[float]], n_b: int, n_c: int, threshold: float, policy: AnalysisPolicy
+) -> tuple[float | None, float | None]:
+    """The rank test's power to see the budget and, below ``min_power``, the scale of window that reaches it.
+    None for a budget of 0 (no effect size to have power against) or a rule with ``min_power`` 0."""
+    if rule.budget <= 0 or policy.min_power <= 0:
+        return None, None
+    sign = worse_sign(rule)
+    factor = 1 + rule.budget if sign > 0 else 1 - rule.budget
+    p_worse = shifted_superiority(_means(base), factor, sign)
+    if p_worse is None:
+        return None, None
+    power = rank_test_power(p_worse, n_b, n_c, threshold)
+    scale = scale_for_power(p_worse, n_b, n_c, threshold, policy.min_power) if power < policy.min_power else None
+    return power, scale
+
+
+def _too_few(
+    common: dict[str, object], segment: str, rule: MetricRule, policy: AnalysisPolicy, nb: int, nc: int, where: str
+) -> MetricResult:
+    counts = f"{nb} baseline / {nc} candidate requests{where}"
+    prefix = "matched " if where else ""
+    text = f"{segment} {rule.name}: {prefix}{counts}, fewer than {policy.min_samples}"
+    scale = policy.min_samples / min(nb, nc) if min(nb, nc) > 0 else None
+    return MetricResult.model_validate(common | {"verdict": "INCONCLUSIVE", "text": text, "scale_needed": scale})
 
 
 def _error_result(

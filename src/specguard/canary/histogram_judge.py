@@ -51,6 +51,7 @@ from specguard.canary.analysis import (
 )
 from specguard.canary.histogram_tests import (
     PoolDeltas,
+    binned_shift_superiority,
     bucket_rank_test,
     can_reject,
     censored,
@@ -60,6 +61,7 @@ from specguard.canary.histogram_tests import (
     step_points,
 )
 from specguard.canary.policy import gauge_results
+from specguard.canary.rank_power import rank_test_power, scale_for_power
 from specguard.canary.rollout import MetricBudget
 from specguard.errors import UsageError
 from specguard.models_base import StrictModel
@@ -100,7 +102,9 @@ VERDICT = (
     "both tests together when the per-step test can reject (intersection-union: p = the larger of the two "
     "p-values), the window distribution test alone otherwise; INCONCLUSIVE when a pool's window holds fewer "
     "than min_samples observations or fewer than min_tail_samples beyond the percentile, when a server's "
-    "counts fell between reads (a restart: reported, not judged) or the buckets differ"
+    "counts fell between reads (a restart: reported, not judged) or the buckets differ, and when the window "
+    "test's power to see the budget (Noether's formula on the baseline's buckets shifted by 1 + budget; an upper "
+    "bound when the per-step test joins it) is below min_power: a pass needs the power to have seen a regression"
 )
 METHOD = f"source: server-side histograms (vLLM /metrics), Kayenta-style. {STEP_POINTS}. {WINDOW_DISTRIBUTION}. {VERDICT}."
 HISTOGRAM_DEFINITIONS: dict[str, str] = {
@@ -183,6 +187,9 @@ def histogram_metric_result(
     else:
         test, p, p_text = _WINDOW_ONLY, p_window, f"p window {_fmt(p_window)} ({points}: too few to reject)"
     verdict: WindowVerdict = "FAIL" if p is not None and p < threshold and beyond_budget(rule, ratio.ratio) else "PASS"
+    power, scale = _window_test_power(rule, wb, nb, nc, threshold, policy)
+    if verdict == "PASS" and power is not None and power < policy.min_power:
+        verdict = "INCONCLUSIVE"
     notes = [
         f"{pool} p{rule.percentile * 100:g} beyond the last finite bucket"
         for pool, w in ((reference, wb), ("candidate", wc))
@@ -190,8 +197,12 @@ def histogram_metric_result(
     ]
     text = (
         f"{head}: ratio {ratio.ratio:.3f} [{ratio.ci_low:.3f}, {ratio.ci_high:.3f}], budget {rule.budget:.0%}, "
-        f"{test}: {p_text}, one-sided p {_fmt(p)} vs {threshold:.3g}{''.join(f'; {n}' for n in notes)}: {verdict}"
+        f"{test}: {p_text}, one-sided p {_fmt(p)} vs {threshold:.3g}{''.join(f'; {n}' for n in notes)}"
+        f"{'' if power is None else f', power {power:.0%} to see the budget'}: {verdict}"
     )
+    if verdict == "INCONCLUSIVE":
+        more = "" if scale is None else f"; about {scale:.1f}x this window's observations would reach it"
+        text += f" (not significantly worse, but a pass needs power {policy.min_power:.0%}{more})"
     return MetricResult.model_validate(
         common
         | {
@@ -202,8 +213,25 @@ def histogram_metric_result(
             "candidate_value": ratio.candidate,
             "text": text,
             "test": test,
+            "power": power,
+            "scale_needed": scale if verdict == "INCONCLUSIVE" else None,
         }
     )
+
+
+def _window_test_power(
+    rule: MetricRule, base: Histogram, nb: int, nc: int, threshold: float, policy: AnalysisPolicy
+) -> tuple[float | None, float | None]:
+    """The window distribution test's power to see the budget (Noether, ``rank_power``), with the baseline's
+    buckets shifted by 1 + budget. With the per-step test too (intersection-union), this is an upper bound."""
+    if rule.budget <= 0 or policy.min_power <= 0:
+        return None, None
+    sign = worse_sign(rule)
+    p_worse = binned_shift_superiority(base, 1 + rule.budget if sign > 0 else 1 - rule.budget, sign)
+    if p_worse is None:
+        return None, None
+    power = rank_test_power(p_worse, nb, nc, threshold)
+    return power, (scale_for_power(p_worse, nb, nc, threshold, policy.min_power) if power < policy.min_power else None)
 
 
 def _fmt(p: float | None) -> str:

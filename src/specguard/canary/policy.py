@@ -25,6 +25,7 @@ from specguard.canary.analysis import (
     SegmentSamples,
     WindowAnalysis,
     analyse_window,
+    hold_estimate,
     with_extra_results,
 )
 from specguard.canary.decision import RolloutRule, StepRule
@@ -71,6 +72,7 @@ def analysis_policy(rollout: Rollout) -> AnalysisPolicy:
         spending=a.spending,
         resamples=a.resamples,
         min_tail=a.min_tail_samples,
+        min_power=a.min_power,
     )
 
 
@@ -177,5 +179,8 @@ def judge_records(
     the loop it delayed chunks by up to 1 s: issue 26)."""
     segments = samples_by_segment(records, with_control)
     analysis = analyse_window(policy, segments, look, seed=look)
+    estimate = hold_estimate(analysis, rollout.analysis.window_s, percent)
+    if estimate:
+        analysis = analysis.model_copy(update={"hold_estimate": estimate})
     reference = "control" if with_control else "baseline"
     return with_extra_results(analysis, gauge_results(rollout.analysis.metrics, gauges, reference, percent))

@@ -315,6 +315,12 @@ class Analysis(FiniteModel):
     min_stratum_samples: int = Field(
         default=5, ge=1, description="requests of each pool an in-flight stratum needs before it joins the matched comparison"
     )
+    min_power: float = Field(
+        default=0.8,
+        ge=0,
+        lt=1,
+        description="a window passes only when its test had this power to see each metric's budget; 0: no power rule",
+    )
     spending: Literal["pocock", "obrien_fleming"] = Field(
         default="pocock", description="how the false-rollback rate is spent over the looks"
     )

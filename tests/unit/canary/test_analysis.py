@@ -200,9 +200,13 @@ def test_at_a_twentieth_of_the_load_the_naive_comparison_flatters_and_the_strati
     rng = np.random.default_rng(10)
     base = pool(rng, 2000, in_flight=(0, 16))
     cand = pool(rng, 100, in_flight=(0, 2), slowdown=1.2)
-    naive = analyse_window(ITL_ONLY, one_segment(base, cand), look=1, matching="naive")
+    # Kayenta's plain rule (no power requirement) shows the bias: the naive comparison passes a slower candidate.
+    naive = analyse_window(ITL_ONLY.model_copy(update={"min_power": 0.0}), one_segment(base, cand), look=1, matching="naive")
     matched = analyse_window(ITL_ONLY, one_segment(base, cand), look=1)
     assert naive.comparison == "naive" and naive.verdict == "PASS"
+    # With the power rule the naive window cannot pass either: 100 candidate requests cannot see +10 % at 80 %.
+    powered = analyse_window(ITL_ONLY, one_segment(base, cand), look=1, matching="naive")
+    assert powered.verdict == "INCONCLUSIVE" and (powered.results[0].power or 1.0) < 0.8, powered.results[0].text
     assert naive.results[0].ratio is not None and naive.results[0].ratio.ratio < 1.0  # looks faster than baseline
     assert matched.comparison == "stratified" and matched.verdict == "FAIL", [r.text for r in matched.results]
     assert matched.results[0].ratio is not None and matched.results[0].ratio.ratio > 1.1
@@ -217,8 +221,17 @@ def test_a_control_pool_is_compared_directly_and_named():
     w = analyse_window(ITL_ONLY, one_segment(base, pool(rng, 150, in_flight=(0, 2), slowdown=1.25), control), 1)
     assert w.comparison == "control" and w.verdict == "FAIL"
     assert w.results[0].n_baseline == 150  # the control's requests, not the baseline pool's
+    # An equal candidate on 150 requests each is not significantly worse, but the test could not have seen +10 %:
+    # INCONCLUSIVE, with the power and the window scale that would reach 80 %; on 600 each it passes.
     w = analyse_window(ITL_ONLY, one_segment(base, pool(rng, 150, in_flight=(0, 2)), control), 1)
-    assert w.comparison == "control" and w.verdict == "PASS"
+    assert w.comparison == "control" and w.verdict == "INCONCLUSIVE", w.results[0].text
+    result = w.results[0]
+    assert result.power is not None and result.power < 0.8 and result.scale_needed is not None and result.scale_needed > 1
+    assert "power" in result.text and "this window's requests would reach it" in result.text
+    control = pool(rng, 600, in_flight=(0, 2))
+    w = analyse_window(ITL_ONLY, one_segment(base, pool(rng, 600, in_flight=(0, 2)), control), 1)
+    assert w.comparison == "control" and w.verdict == "PASS", w.results[0].text
+    assert w.results[0].power is not None and w.results[0].power >= 0.8
 
 
 def test_no_common_stratum_is_inconclusive():
