@@ -87,7 +87,7 @@ def bench(
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
     arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process.")] = None,
     burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight (at most 10,000).")] = None,
     burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
     num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
     duration: Annotated[float | None, typer.Option(help="Stop releasing requests after S seconds.")] = None,
