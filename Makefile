@@ -1,8 +1,13 @@
 # The two commands that matter on a fresh machine (see README.md).
-.PHONY: setup demo lint test
+.PHONY: setup setup-test demo lint test
 
+# What the demo needs: system packages make and g++, .venv, the embedded runtime and models (scripts/setup.sh).
 setup:
 	@scripts/setup.sh
+
+# And what the tests drive: haproxy, promtool, chromium, systemd-analyze (installed as root with apt, else named).
+setup-test:
+	@scripts/setup.sh --test
 
 # The main job on the embedded default: a real vLLM on CPU, baseline vs n-gram speculation.
 demo: setup
@@ -15,5 +20,5 @@ lint: setup
 	.venv/bin/mypy src
 
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
-test: setup
+test: setup-test
 	.venv/bin/python -m pytest --durations=25

@@ -87,7 +87,7 @@ def bench(
     rate: Annotated[float | None, typer.Option(help="Open-loop request rate (req/s).")] = None,
     arrival: Annotated[Arrival | None, typer.Option(help="With --rate: the arrival process.")] = None,
     burstiness: Annotated[float | None, typer.Option(help="With --arrival gamma: the shape; 1 is Poisson, <1 burstier.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: keep C requests in flight (at most 10,000).")] = None,
     burst: Annotated[int | None, typer.Option(help="Release N requests at once.")] = None,
     num_requests: Annotated[int | None, typer.Option(help="Stop after N measured requests.")] = None,
     duration: Annotated[float | None, typer.Option(help="Stop releasing requests after S seconds.")] = None,
@@ -344,13 +344,12 @@ def check(
     and --resume continues it, refusing if the plan changed. With --baseline-run only the candidate is
     measured; each run is checked against its cell's workload before anything is sent.
     """
-    from specguard.check.baseline import cells_of_arguments
     from specguard.check.dry_run import dry_run as plan_dry_run
     from specguard.check.dry_run import render_dry_run
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
     from specguard.check.requirements import plan_warnings
-    from specguard.check.runner import run_check
+    from specguard.check.runner import run_check, validate_check
     from specguard.embedded.launch import embedded_launcher
     from specguard.loadgen.extras import parse_labels
     from specguard.sim.launch import sim_launcher, uses_sim
@@ -360,9 +359,8 @@ def check(
         plan = plan.model_copy(update={"keep_output": True})
     if label:
         plan = plan.model_copy(update={"labels": {**plan.labels, **parse_labels(label)}})
-    if dry_run:
-        if baseline_run:
-            cells_of_arguments(plan, baseline_run)  # the cells named must be the plan's, as a real run requires
+    if dry_run:  # refuses what the check would refuse before sending: prompts, key variables, --baseline-run, --out
+        validate_check(plan, plan_path, out, resume=resume, baseline_runs=baseline_run or ())
         from specguard.check.pilot import pilot_spreads
         from specguard.verdict.power import Effect
 

@@ -213,14 +213,25 @@ def version_option(value: str | None, option: str = "--vllm-version") -> str | N
     return value
 
 
-def tokenizer_option(path: Path | None, option: str = "--tokenizer") -> Path | None:
-    """A local tokenizer: a directory holding tokenizer.json, or that file itself."""
+def tokenizer_option(path: Path | None, option: str = "--tokenizer", *, load: bool = False) -> Path | None:
+    """A local tokenizer: a directory holding tokenizer.json, or that file itself.
+
+    With ``load`` the file is parsed too: a command that hands the path on to a child process (bench's
+    recorder) would otherwise fail there, mid-run, with that process's traceback.
+    """
     if path is None:
         return None
     if not path.exists():
         raise OptionError(f"{option} {path}: not found")
     if path.is_dir() and not (path / "tokenizer.json").is_file():
         raise OptionError(f"{option} {path}: no tokenizer.json there (give a Hugging Face tokenizer directory)")
+    if load:
+        from specguard.tokenizer_files import load_tokenizer
+
+        try:
+            load_tokenizer(path)
+        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+            raise OptionError(f"{option} {path}: cannot load it as a tokenizer.json ({_shorten(str(exc))})") from exc
     return path
 
 

@@ -115,6 +115,23 @@ CASES = [
     (["--slo", "e2e_ms=nan"], USAGE, "--slo e2e_ms=nan: e2e_ms must be a positive number"),
     (["--slo", "tpot_ms=abc"], USAGE, "--slo tpot_ms=abc: tpot_ms='abc' is not a number"),
     (["--slo", ","], USAGE, "--slo ',': give at least one of"),
+    # what --extra-body overrides is held to the rules of the options that set it (--max-tokens 0 is refused)
+    (["--extra-body", '{"max_tokens": 0}'], USAGE, "--extra-body: key 'max_tokens': Input should be " + GE1),
+    (["--extra-body", '{"max_completion_tokens": 0}'], USAGE, "--extra-body: key 'max_completion_tokens'"),
+    (["--extra-body", '{"temperature": -1}'], USAGE, "--extra-body: key 'temperature'"),
+    (["--extra-body", '{"top_p": 1.5}'], USAGE, "--extra-body: key 'top_p'"),
+    (["--extra-body", '{"temperature": NaN}'], USAGE, "--extra-body: key 'temperature': Input should be a finite number"),
+    (["--extra-body", '{"max_tokens": "8"}'], USAGE, "--extra-body: key 'max_tokens': Input should be a valid integer"),
+    (["--extra-body", '{"ignore_eos": "yes"}'], USAGE, "--extra-body: key 'ignore_eos'"),
+    # a CR or LF in a header would inject another header; refused at the edge, not an internal error mid-run
+    (
+        ["--header", "X-A: b\r\nX-Injected: 1"],
+        USAGE,
+        "--header 'X-A: b\\r\\nX-Injected: 1': the value holds the control character",
+    ),
+    (["--header", "X-A: b\x00"], USAGE, "the value holds the control character '\\x00'"),
+    # a typo'd concurrency spent 90 s creating workers before sending anything
+    (["--concurrency", "100000000"], USAGE, "--concurrency: expected at most 10,000 requests in flight (got 100,000,000)"),
 ]
 
 
@@ -183,6 +200,25 @@ def test_tokenizer_not_found(cli: Cli, tmp_path: Path) -> None:
 def test_tokenizer_directory_without_tokenizer_json(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "tok").mkdir()
     cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "tok"], USAGE, "no tokenizer.json there")
+
+
+def test_tokenizer_that_is_not_a_tokenizer(cli: Cli, tmp_path: Path) -> None:
+    """Refused at the edge (exit 2), as assess does, not by the record writer's traceback mid-run (exit 4)."""
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text("garbage")
+    (tmp_path / "notes.txt").write_text('{"not": "a tokenizer"}')
+    for path in (tmp_path / "tok", tmp_path / "notes.txt"):
+        cli.fails(
+            [*base(tmp_path / "run"), "--tokenizer", path], USAGE, f"--tokenizer {path}: cannot load it as a tokenizer.json"
+        )
+
+
+@pytest.mark.parametrize("out", ["", "."])
+def test_out_that_is_empty_or_the_working_directory(cli: Cli, tmp_path: Path, out: str) -> None:
+    """``--out ''`` wrote run.json, requests.jsonl and summary.json into the working directory."""
+    args = base(tmp_path / "run")
+    args[args.index("--out") + 1] = out
+    cli.fails(args, USAGE, "--out: expected a new run directory, got an empty path or '.'")
 
 
 def test_out_is_an_existing_file(cli: Cli, tmp_path: Path) -> None:

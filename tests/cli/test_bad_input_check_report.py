@@ -102,24 +102,32 @@ def test_plan_error_names_the_line(cli: Cli, tmp_path: Path) -> None:
     cli.fails(check(path, tmp_path / "out"), USAGE, f"{path}:{line}: key 'repetitions'")
 
 
-def test_prompt_file_not_found(cli: Cli, tmp_path: Path) -> None:
+# The dry run refuses what the check refuses before it sends (it accepted a missing prompt file, an unset
+# api_key_env and a used --out, and printed a sizing for a plan the check would then refuse).
+RUN_OR_DRY_RUN = pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["check", "dry-run"])
+
+
+@RUN_OR_DRY_RUN
+def test_prompt_file_not_found(cli: Cli, tmp_path: Path, extra: list[str]) -> None:
     path = write_plan(tmp_path / "plan.yaml", set_key(plan_data(), "prompts", [{"source": "nope.jsonl"}]))
-    cli.fails(check(path, tmp_path / "out"), USAGE, f"{tmp_path / 'nope.jsonl'}: prompt file not found")
+    cli.fails(check(path, tmp_path / "out", *extra), USAGE, f"{tmp_path / 'nope.jsonl'}: prompt file not found")
 
 
-def test_api_key_env_not_set(cli: Cli, tmp_path: Path) -> None:
+@RUN_OR_DRY_RUN
+def test_api_key_env_not_set(cli: Cli, tmp_path: Path, extra: list[str]) -> None:
     data = set_key(plan_data(), "arms.candidate.endpoint.api_key_env", "SPECGUARD_TEST_UNSET_VAR")
     cli.fails(
-        check(write_plan(tmp_path / "plan.yaml", data), tmp_path / "out"),
+        check(write_plan(tmp_path / "plan.yaml", data), tmp_path / "out", *extra),
         USAGE,
         "arms.candidate.endpoint.api_key_env: the environment variable SPECGUARD_TEST_UNSET_VAR is not set",
     )
 
 
-def test_out_exists_and_is_not_empty(cli: Cli, tmp_path: Path) -> None:
+@RUN_OR_DRY_RUN
+def test_out_exists_and_is_not_empty(cli: Cli, tmp_path: Path, extra: list[str]) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("keep me")
-    cli.fails(check(write_plan(tmp_path / "plan.yaml"), tmp_path / "out"), USAGE, "already exists and is not empty")
+    cli.fails(check(write_plan(tmp_path / "plan.yaml"), tmp_path / "out", *extra), USAGE, "already exists and is not empty")
 
 
 def test_out_is_a_file(cli: Cli, tmp_path: Path) -> None:
@@ -127,9 +135,10 @@ def test_out_is_a_file(cli: Cli, tmp_path: Path) -> None:
     cli.fails(check(write_plan(tmp_path / "plan.yaml"), tmp_path / "out"), USAGE, f"--out {tmp_path / 'out'}")
 
 
-def test_resume_without_state(cli: Cli, tmp_path: Path) -> None:
+@RUN_OR_DRY_RUN
+def test_resume_without_state(cli: Cli, tmp_path: Path, extra: list[str]) -> None:
     (tmp_path / "out").mkdir()
-    cli.fails(check(write_plan(tmp_path / "plan.yaml"), tmp_path / "out", "--resume"), USAGE, "holds no check state")
+    cli.fails(check(write_plan(tmp_path / "plan.yaml"), tmp_path / "out", "--resume", *extra), USAGE, "holds no check state")
 
 
 def test_check_needs_out(cli: Cli, tmp_path: Path) -> None:

@@ -133,6 +133,36 @@ def test_bad_prompt_file_fails_before_any_traffic(scripted, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_check_asks_every_endpoint_arm_for_its_model_before_the_first_block(scripted, tmp_path):
+    """A candidate whose server does not serve the plan's model is exit 2 before the baseline block runs (it ran whole)."""
+    server = scripted()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"""
+name: wrong-model
+arms:
+  baseline: {{endpoint: {{base_url: "{server.base_url}", model: scripted}}}}
+  candidate: {{endpoint: {{base_url: "{server.base_url}", model: other-model}}}}
+repetitions: 1
+warmup: 0
+traffic:
+  - {{name: steady, concurrency: 1, num_requests: 2, target: true}}
+sampling:
+  - {{name: greedy, temperature: 0.0}}
+prompts:
+  - {{source: "synthetic:random", count: 2}}
+"""
+    )
+    r = specguard("check", str(plan), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2, r.stderr
+    assert (
+        f"arms.candidate.endpoint.model other-model: the server at {server.base_url} does not serve that model; "
+        "it serves: scripted"
+    ) in r.stderr
+    assert server.chunk_logs() == {}, "no request may reach the server"
+    assert not (tmp_path / "out").exists()
+
+
 def test_usage_errors_exit_2(tmp_path):
     r = specguard(
         "bench",

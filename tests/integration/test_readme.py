@@ -48,6 +48,84 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert "\nmake test\n" in ci
     make = (ROOT / "Makefile").read_text()
     assert ".venv/bin/specguard demo" in make and ".venv/bin/python -m pytest" in make
+    # CI's set-up is the one `make test` runs (scripts/setup.sh --test), not a copy of its package list
+    assert "\nscripts/setup.sh --test\n" in ci and "apt-get install" not in ci
+    assert "\ntest: setup-test\n" in make and "\nsetup-test:\n\t@scripts/setup.sh --test\n" in make
+    assert "\ndemo: setup\n" in make and "\nsetup:\n\t@scripts/setup.sh\n" in make
+    # how to run specguard is said before the first example that runs it, in the one form every example uses
+    cmds = readme_commands()
+    first_specguard = next(i for i, c in enumerate(cmds) if c[0] == "specguard")
+    assert ["source", ".venv/bin/activate"] in cmds[:first_specguard]
+    assert ".venv/bin/specguard" in README[: README.index("```bash\nsource .venv/bin/activate")]
+
+
+def setup_on_a_bare_path(tmp_path: Path, commands: list[str], *args: str, pip_rc: int = 0) -> subprocess.CompletedProcess[str]:
+    """scripts/setup.sh in a copy of the checkout's layout, on a PATH holding only stubs of ``commands``.
+
+    apt-get is never on that PATH, so set-up can only name what is missing, whoever runs the test. ``.venv``
+    is a stub whose ``python -m pip`` prints a warning and exits ``pip_rc``; every call is logged to calls.log.
+    """
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "setup.sh", root / "scripts" / "setup.sh")
+    calls = tmp_path / "calls.log"
+    stubs = {
+        **{f"bin/{c}": "exit 0" for c in commands},
+        ".venv/bin/python": f'echo "$*" >> {calls}; [ "$2" != pip ] && exit 0; echo "WARNING: pip noise" >&2; exit {pip_rc}',
+        ".venv/bin/specguard": f'echo "specguard $*" >> {calls}',
+    }
+    for rel, body in stubs.items():
+        path = (tmp_path / rel) if rel.startswith("bin/") else (root / rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    env = {"PATH": str(tmp_path / "bin"), "SPECGUARD_SBIN_DIRS": "", "SPECGUARD_HOME": str(tmp_path / "home")}
+    return subprocess.run(
+        ["/bin/bash", str(root / "scripts" / "setup.sh"), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+TEST_PROGRAMS = ["haproxy", "promtool", "chromium", "systemd-analyze"]
+
+
+def test_setup_names_the_missing_packages_and_their_command_and_stops_before_anything(tmp_path):
+    r = setup_on_a_bare_path(tmp_path, [], "--test")
+    assert r.returncode == 1 and r.stdout == "", r
+    packages = "make g++ haproxy prometheus chromium systemd"
+    assert r.stderr == (
+        f"missing system packages that specguard and its tests need: {packages}; "
+        f"install them with: sudo apt-get install -y {packages}\n"
+    )
+    assert not (tmp_path / "calls.log").exists(), "nothing may run after the packages are found missing"
+
+
+def test_the_demo_set_up_needs_only_make_and_gxx_and_the_tests_need_their_programs(tmp_path):
+    demo = setup_on_a_bare_path(tmp_path / "demo", ["make", "g++"], "--check")
+    assert (demo.returncode, demo.stderr) == (0, "")
+    tests = setup_on_a_bare_path(tmp_path / "tests", ["make", "g++", "haproxy"], "--check", "--test")
+    assert tests.returncode == 1 and "need: prometheus chromium systemd;" in tests.stderr, tests.stderr
+    everything = setup_on_a_bare_path(
+        tmp_path / "all", ["make", "g++", *TEST_PROGRAMS[:2], "chromium-browser", "systemd-analyze"]
+    )
+    assert everything.returncode == 0, everything.stderr  # --check not given: set-up ran on (the stubs) to its end
+
+
+def test_setup_keeps_pip_quiet_unless_it_fails_and_ends_saying_how_to_run_specguard(tmp_path):
+    ok = setup_on_a_bare_path(tmp_path / "ok", ["make", "g++"])
+    assert ok.returncode == 0 and "pip noise" not in ok.stderr, ok.stderr
+    assert ok.stderr.splitlines()[-1] == (
+        "Run it as .venv/bin/specguard, or put it on PATH for this shell: source .venv/bin/activate (then: specguard --help)"
+    )
+    calls = (tmp_path / "ok" / "calls.log").read_text().splitlines()
+    assert calls == [
+        "-m pip install -q --disable-pip-version-check -c constraints/ci.txt -e .[test,dev,parquet]",
+        "specguard embedded install",
+        "specguard embedded models",
+        "-m specguard.embedded.arctic_suffix",
+    ]
+    failed = setup_on_a_bare_path(tmp_path / "failed", ["make", "g++"], pip_rc=1)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr == "pip install failed; its log (.venv/setup-pip.log):\nWARNING: pip noise\n"
 
 
 def test_every_specguard_command_in_the_readme_exists_with_its_flags():

@@ -41,7 +41,14 @@ from specguard.inventory.collect import from_server, from_spec
 from specguard.lifetime import set_cpus
 from specguard.loadgen.prompts import PromptSet, load_prompts
 from specguard.loadgen.recorder import OutputMode
-from specguard.loadgen.runner import BenchConfig, MatrixProgress, run_async, run_bench
+from specguard.loadgen.runner import (
+    PROBE_TIMEOUT_S,
+    BenchConfig,
+    MatrixProgress,
+    check_model_served,
+    run_async,
+    run_bench,
+)
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, SamplingOverrides
 from specguard.results.store import REQUESTS_FILE, load_summary, read_json, read_jsonl, write_json_atomic
@@ -59,8 +66,10 @@ __all__ = [
     "CheckRuntimeError",
     "blocks",
     "cell_key",
+    "check_endpoint_models",
     "resolve_plan",
     "run_check",
+    "validate_check",
 ]
 
 OOM_MARKERS = ("out of memory", "OutOfMemoryError", "CUDA error: out of memory", "Cannot allocate memory")
@@ -157,6 +166,29 @@ def _open_state(d: CheckDir, resolved: ResolvedPlan, resume: bool) -> CheckState
     return state
 
 
+def validate_check(
+    plan: CheckPlan, plan_path: Path, out: Path, *, resume: bool = False, baseline_runs: Sequence[str] = ()
+) -> tuple[ResolvedPlan, CheckState]:
+    """Everything a check checks on this machine before it asks a server anything: prompt files, API-key
+    variables, imported baselines and ``--out`` (new, or with ``resume`` the same plan's check). Reads only;
+    ``check --dry-run`` calls it too, so a plan the check would refuse is refused by its dry run."""
+    resolved = resolve_plan(plan, plan_path, baseline_runs)
+    return resolved, _open_state(CheckDir(out), resolved, resume)
+
+
+def check_endpoint_models(resolved: ResolvedPlan) -> None:
+    """Every endpoint arm's server serves the plan's model: asked (``/v1/models``) before the first block.
+
+    Each run asks it again, but a wrong candidate model was found only after the whole baseline block had run.
+    A server that does not answer is left to the block, which reports it with the requests that failed.
+    """
+    for name in resolved.arms:
+        ep = getattr(resolved.plan.arms, name).endpoint
+        if ep is not None:
+            served = inspect_server(ep.base_url, resolved.api_keys[name], PROBE_TIMEOUT_S, read_metrics=False).served_names
+            check_model_served(ep.model, served, server_root(ep.base_url), f"arms.{name}.endpoint.model")
+
+
 def run_check(
     plan: CheckPlan,
     plan_path: Path,
@@ -176,9 +208,9 @@ def run_check(
     ``--baseline-run`` arguments: the baseline imported from them, not measured (``check.baseline``).
     """
     progress = progress or MatrixProgress()
-    resolved = resolve_plan(plan, plan_path, baseline_runs)
+    resolved, state = validate_check(plan, plan_path, out, resume=resume, baseline_runs=baseline_runs)
+    check_endpoint_models(resolved)
     d = CheckDir(out)
-    state = _open_state(d, resolved, resume)
     d.root.mkdir(parents=True, exist_ok=True)
     if resolved.baselines:
         write_baselines(d, resolved.baselines)

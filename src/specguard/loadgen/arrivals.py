@@ -19,6 +19,11 @@ from specguard.validation import describe
 
 OPEN_LOOP = ("constant", "poisson", "gamma", "burst")
 
+# The most requests a closed loop keeps in flight. Each is one connection of this one client process (a file
+# descriptor and an ephemeral port: Linux's default range holds 28,232); far beyond this the client measures
+# itself, and 100,000,000 (a typo) spent 90 s creating workers before the first request.
+MAX_CONCURRENCY = 10_000
+
 
 def arrival_times(
     kind: str,
@@ -71,6 +76,12 @@ def prompt_order(n_items: int, seed: int = 0) -> Iterator[int]:
         yield from (int(i) for i in rng.permutation(n_items))
 
 
+def closed_loop_workers(load: LoadShape) -> int:
+    """The workers a closed loop needs: its concurrency (idle: 1), never more than the requests it will send."""
+    workers = 1 if load.kind == "idle" else (load.concurrency or 1)
+    return min(workers, load.num_requests) if load.num_requests is not None else workers
+
+
 def load_shape_from_options(
     *,
     rate: float | None = None,
@@ -104,6 +115,10 @@ def load_shape_from_options(
         num_requests = burst
     if num_requests is None and duration_s is None:
         raise OptionError(f"give {names['num_requests']} and/or {names['duration_s']}")
+    if concurrency is not None and concurrency > MAX_CONCURRENCY:
+        raise OptionError(
+            f"{names['concurrency']}: expected at most {MAX_CONCURRENCY:,} requests in flight (got {concurrency:,})"
+        )
     try:
         return LoadShape(
             kind=kind,  # type: ignore[arg-type]  # a str checked above; LoadShape validates the Literal again

@@ -15,7 +15,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ConfigDict, Field, ValidationError
+
 from specguard.errors import OptionError
+from specguard.results.models import SamplingOverrides
+from specguard.validation import describe
 
 __all__ = [
     "REDACTED",
@@ -33,6 +37,21 @@ RESERVED_BODY_KEYS = frozenset({"model", "prompt", "messages", "stream", "stream
 _SECRET_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _SECRET_PARTS = ("key", "token", "secret", "password", "auth")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field-name
+# Control characters other than HTAB are not allowed in a field value (RFC 9110 5.5); CR or LF would
+# split the header into another one (header injection), and aiohttp refuses them mid-run as an internal error.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class _BodySampling(SamplingOverrides):
+    """The sampling keys an extra body may set, held to the bounds of the options that set them.
+
+    ``--max-tokens 0`` is refused; ``{"max_tokens": 0}`` in an extra body overrides it on the wire, so it is
+    checked by the same model (strict: a string or a bool is not a number). Other keys pass untouched.
+    """
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, strict=True)
+
+    max_completion_tokens: int | None = Field(default=None, ge=1)  # the chat API's name for max_tokens
 
 
 def is_secret_header(name: str) -> bool:
@@ -63,6 +82,11 @@ def parse_headers(values: Sequence[str], option: str = "--header") -> dict[str, 
         shown = f"{name}:{REDACTED}" if is_secret_header(name) else v
         if not sep or not _TOKEN.match(name):
             raise OptionError(f"{option} {shown!r}: expected NAME:VALUE with an HTTP header name")
+        bad = _CONTROL.search(value)
+        if bad:
+            raise OptionError(
+                f"{option} {shown!r}: the value holds the control character {bad.group()!r}; expected one line of text"
+            )
         if name.lower() in {k.lower() for k in out}:
             raise OptionError(f"{option} {shown!r}: the header {name!r} is given twice")
         if name.lower() in ("content-type", "x-request-id"):
@@ -88,6 +112,10 @@ def check_extra_body(data: object, where: str) -> dict[str, Any]:
     reserved = sorted(RESERVED_BODY_KEYS & set(data))
     if reserved:
         raise OptionError(f"{where}: {', '.join(reserved)} cannot be overridden (specguard's measurement sets them)")
+    try:
+        _BodySampling.model_validate(data)
+    except ValidationError as exc:
+        raise OptionError(f"{where}: {'; '.join(describe(exc))}") from exc
     return dict(data)
 
 

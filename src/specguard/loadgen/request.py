@@ -205,7 +205,7 @@ def bench_config(request: BenchRequest) -> BenchConfig:
         warmup_requests=request.warmup,
         seed=request.seed,
     )
-    tokenizer_option(request.tokenizer)
+    tokenizer_option(request.tokenizer, load=True)
     _check_new_run_dir(request.out)
     return options(
         BenchConfig,
@@ -261,6 +261,8 @@ def _metrics_url(request: BenchRequest) -> str | None:
 
 def _check_new_run_dir(out: Path) -> None:
     """A run never lands on top of a file or of another run; refused here, before the server is asked anything."""
+    if out == Path():  # --out '' (the shell's empty string) reads as '.': the run's files would land in the working directory
+        raise OptionError("--out: expected a new run directory, got an empty path or '.' (the working directory)")
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: is a file; expected a new run directory")
     held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]

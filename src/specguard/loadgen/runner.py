@@ -27,7 +27,7 @@ from specguard.analysis.client_stalls import STALL_THRESHOLD_S
 from specguard.analysis.summarize import ClientLagLimits, summarize
 from specguard.errors import OptionError, OutputWriteError
 from specguard.lifetime import busy_poll_cpus, set_cpus, terminations_cancel
-from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, prompt_order
+from specguard.loadgen.arrivals import OPEN_LOOP, arrival_times, closed_loop_workers, prompt_order
 from specguard.loadgen.client import StreamResult, build_payload, stream_request
 from specguard.loadgen.extras import merge_extra_body, stored_headers
 from specguard.loadgen.prompts import PromptSet
@@ -201,7 +201,7 @@ class _Run:
             finally:
                 await _cancel_all(tasks)
             return
-        concurrency = 1 if load.kind == "idle" else (load.concurrency or 1)
+        concurrency = closed_loop_workers(load)
         counter = itertools.count()
         deadline = self.t0 + load.duration_s if load.duration_s is not None else None
 
@@ -241,11 +241,14 @@ async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-def check_model_served(model: str, served: list[str] | None, root: str) -> None:
-    """A wrong --model gets a 404 for every request; say so before sending any, with the names the server serves."""
+def check_model_served(model: str, served: list[str] | None, root: str, named_by: str = "--model") -> None:
+    """A wrong --model gets a 404 for every request; say so before sending any, with the names the server serves.
+
+    ``named_by``: where the model was given, an option or a check plan's key path.
+    """
     if served is not None and model not in served:
         names = ", ".join(served) or "none"
-        raise OptionError(f"--model {model}: the server at {root} does not serve that model; it serves: {names}")
+        raise OptionError(f"{named_by} {model}: the server at {root} does not serve that model; it serves: {names}")
 
 
 def sent_sampling(cfg: BenchConfig) -> dict[str, list[float | int | bool | None]]:

@@ -194,6 +194,9 @@ class SSEParser:
                 err = obj["error"]
                 out.error = out.error or f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
                 continue
+            if obj.get("object") == "error":  # the OpenAI ErrorResponse shape, bare: {"object": "error", "message": ...}
+                out.error = out.error or f"server error in stream: {obj.get('message', payload[:200].decode(errors='replace'))}"
+                continue
             usage = obj.get("usage")
             completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
             if isinstance(usage, dict):

@@ -33,6 +33,9 @@ def test_headers_extra_body_and_labels_are_kept():
         ({"headers": {"bad name": "x"}}, "HTTP header name"),
         ({"headers": {"X-Request-Id": "x"}}, "sets X-Request-Id itself"),
         ({"extra_body": {"stream": False}}, "cannot be overridden"),
+        # the same rules as bench's --header and --extra-body (one parser): no header injection, no max_tokens 0
+        ({"headers": {"X-A": "b\r\nX-Injected: 1"}}, "the value holds the control character"),
+        ({"extra_body": {"max_tokens": 0}}, "extra_body: key 'max_tokens': Input should be greater than or equal to 1"),
     ],
 )
 def test_bad_extras_are_refused(extra, fragment):

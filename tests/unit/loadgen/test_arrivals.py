@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from specguard.loadgen.arrivals import arrival_times, load_shape_from_options, prompt_order
+from specguard.errors import OptionError
+from specguard.loadgen.arrivals import (
+    MAX_CONCURRENCY,
+    arrival_times,
+    closed_loop_workers,
+    load_shape_from_options,
+    prompt_order,
+)
 
 
 def gaps(kind, n=20000, **kw):
@@ -88,3 +95,13 @@ def test_load_shape_from_options_rules():
         load_shape_from_options(rate=1.0, arrival="uniform", num_requests=1)
     with pytest.raises(ValueError, match="--num-requests"):
         load_shape_from_options(rate=1.0)
+
+
+def test_a_closed_loop_never_starts_more_workers_than_it_has_requests():
+    """--concurrency 5000 --num-requests 2 starts 2 workers; with a duration alone the concurrency is kept."""
+    assert closed_loop_workers(load_shape_from_options(concurrency=5000, num_requests=2)) == 2
+    assert closed_loop_workers(load_shape_from_options(concurrency=3, num_requests=10)) == 3
+    assert closed_loop_workers(load_shape_from_options(concurrency=5000, duration_s=1.0)) == 5000
+    assert closed_loop_workers(load_shape_from_options(num_requests=4)) == 1  # idle: one at a time
+    with pytest.raises(OptionError, match=f"--concurrency: expected at most {MAX_CONCURRENCY:,}"):
+        load_shape_from_options(concurrency=MAX_CONCURRENCY + 1, num_requests=2)

@@ -88,6 +88,18 @@ def test_server_error_event_and_missing_done():
     assert p.error.startswith("unparsable stream event")
 
 
+def test_a_bare_openai_error_object_in_the_stream_is_an_error():
+    """``{"object": "error", ...}`` (the OpenAI ErrorResponse, not wrapped in ``{"error": ...}``) fails the request too."""
+    bare = {"object": "error", "message": "max_tokens must be at least 1", "type": "BadRequestError", "code": 400}
+    for pieces in (
+        [(0.1, ev(chunk("a", 1))), (0.2, ev(bare)), (0.3, b"data: [DONE]\n\n")],  # fast path first, then the event
+        [(0.1, ev(bare) + b"data: [DONE]\n\n")],  # the whole stream in one read
+    ):
+        p = parse_stream(pieces, "completions")
+        assert p.error == "server error in stream: max_tokens must be at least 1", p
+        assert p.done
+
+
 def test_comments_and_multiline_events_take_the_full_path():
     pieces = [
         (0.1, b": keep-alive\n\n" + b"event: message\ndata: " + json.dumps(chunk("a", 1)).encode() + b"\n\n"),
