@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,6 +56,8 @@ _READS_PER_WINDOW = 4
 _MAX_READ_INTERVAL_S = 15.0
 # Requests are written to the state file at least this often, so that a crash loses at most this much.
 _FLUSH_S = 1.0
+
+JUDGE_SWITCH_INTERVAL_S = 0.001  # the GIL switch interval while a window is judged in its worker thread
 
 
 def _move_text(d: Decision) -> str:
@@ -312,17 +315,24 @@ class CanaryController:
             counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
         else:
             gauges, acceptance = window_gauges(readings)
-            # Off the relay loop: the records are handed over (this window's list is no longer appended to).
-            analysis = await asyncio.to_thread(
-                judge_records,
-                self.rollout,
-                self.policy,
-                records,
-                gauges,
-                look,
-                with_control=self.has_control,
-                percent=self.state.percent,
-            )
+            # Off the relay loop: the records are handed over (this window's list is no longer appended to). While the
+            # judge thread runs, the GIL is handed back every 1 ms instead of Python's 5: a relay callback waits at
+            # most that long for it (tests/integration/test_canary_relay_timing.py holds the p99.9 chunk gap to it).
+            switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(switch, JUDGE_SWITCH_INTERVAL_S))
+            try:
+                analysis = await asyncio.to_thread(
+                    judge_records,
+                    self.rollout,
+                    self.policy,
+                    records,
+                    gauges,
+                    look,
+                    with_control=self.has_control,
+                    percent=self.state.percent,
+                )
+            finally:
+                sys.setswitchinterval(switch)
         if self.state.status not in ("running", "paused") or self.state.step != step:
             return  # rolled back, promoted or moved by the operator while the window was judged: it no longer applies
         if spends_look(analysis):
