@@ -74,14 +74,20 @@ async def test_a_20_percent_itl_regression_is_rolled_back_within_n_plus_1_window
     assert tally.failed == 0, tally.errors[:3]
 
 
-async def test_a_5xx_burst_rolls_back_at_once(scripted, tmp_path: Path) -> None:
+async def test_a_5xx_burst_rolls_back_at_once(scripted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = scripted(**NOISY)
     cand = scripted(**NOISY, fault="http_500")
+    # The rollback hooks print their environment and the admin token: they get an explicit environment (issue 28).
+    monkeypatch.setenv("SPECGUARD_TEST_PASSED", "listed-under-hooks-env")
+    monkeypatch.setenv("SPECGUARD_TEST_NOT_PASSED", "anything-else")
+    leaked = tmp_path / "found-elsewhere.txt"  # a hook that prints a token it found: redacted before it is stored
+    leaked.write_text(f"the token is {TOKEN}\n")
     rollout = write_rollout(
         tmp_path,
         {"baseline": [base.base_url], "candidate": [cand.base_url]},
         steps=[{"percent": 50}, {"percent": 100}],
         analysis=analysis(30.0, critical={"http_5xx_burst": {"count": 5, "within_s": 10}}),
+        hooks={"rollback": [["env"], ["cat", str(leaked)]], "env": ["SPECGUARD_TEST_PASSED"]},
     )
     async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)) as run:
         stop = asyncio.Event()
@@ -96,6 +102,15 @@ async def test_a_5xx_burst_rolls_back_at_once(scripted, tmp_path: Path) -> None:
     assert any("5xx" in r or "http_5xx_burst" in r for r in rollback.reasons), rollback.reasons
     # Every candidate 500 came before the first byte: retried on the baseline, so the clients saw none.
     assert tally.failed == 0 and tally.status == {200: tally.sent}
+    env_hook, echo_hook = (e.details["stdout"] for e in run.events("hook"))
+    variables = dict(line.split("=", 1) for line in env_hook.splitlines())
+    assert variables["SPECGUARD_HOOK"] == "rollback" and variables["SPECGUARD_PERCENT"] == "50", variables
+    assert variables["SPECGUARD_TEST_PASSED"] == "listed-under-hooks-env" and "PATH" in variables
+    assert TOKEN_ENV not in variables and "SPECGUARD_TEST_NOT_PASSED" not in variables, sorted(variables)
+    assert echo_hook == "the token is [redacted]\n"
+    with run.store() as store:
+        mirror = store.events_path.read_text()
+    assert TOKEN not in mirror and TOKEN not in Path(run.rollout.state.path).read_bytes().decode("latin-1")
 
 
 async def test_a_candidate_killed_mid_stream_loses_and_duplicates_nothing(scripted, tmp_path: Path) -> None:

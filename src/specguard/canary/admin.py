@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -24,13 +25,54 @@ from specguard.canary.controller import CanaryController, ManualActionRefused
 from specguard.canary.rollout import Admin
 from specguard.errors import OptionError
 
-__all__ = ["admin_app", "read_token"]
+__all__ = ["REMOTE_TOKEN_MIN_BYTES", "admin_app", "admin_ssl_context", "read_token", "remote_without_tls_warning"]
 
 _ACTIONS = ("pause", "resume", "promote", "rollback")
 
 
+# Off loopback the token is all that stands between the network and a rollback: 32 bytes (256 bits as hex or
+# base64 of 24 random bytes) is what `openssl rand -hex 16` and most secret generators give at least.
+REMOTE_TOKEN_MIN_BYTES = 32
+
+
 def read_token(admin: Admin) -> str:
-    """The admin token from its environment variable or file; an error naming which, before anything starts."""
+    """The admin token from its environment variable or file; an error naming which, before anything starts.
+
+    Off loopback a token shorter than ``REMOTE_TOKEN_MIN_BYTES`` is refused (a one-character token was accepted
+    on 0.0.0.0 before issue 28)."""
+    token = _read_token(admin)
+    size = len(token.encode())
+    if admin.remote and size < REMOTE_TOKEN_MIN_BYTES:
+        where = f"admin.token_env ({admin.token_env})" if admin.token_env else f"admin.token_file ({admin.token_file})"
+        raise OptionError(
+            f"{where}: the admin API listens on {admin.listen}, off loopback, so its token needs at least "
+            f"{REMOTE_TOKEN_MIN_BYTES} bytes (got {size}); e.g. openssl rand -hex 32"
+        )
+    return token
+
+
+def admin_ssl_context(admin: Admin) -> ssl.SSLContext | None:
+    """The admin API's TLS context from ``admin.tls`` (None without it); an error naming the file, before start."""
+    if admin.tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(admin.tls.cert, admin.tls.key)
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(f"admin.tls: cannot load {admin.tls.cert} with {admin.tls.key}: {exc}") from exc
+    return context
+
+
+def remote_without_tls_warning(admin: Admin) -> str | None:
+    if admin.remote and admin.tls is None:
+        return (
+            f"warning: the admin API listens on {admin.listen} without TLS: its bearer token crosses the network in "
+            "clear; set admin.tls: {cert, key}"
+        )
+    return None
+
+
+def _read_token(admin: Admin) -> str:
     if admin.token_env is not None:
         token = os.environ.get(admin.token_env, "").strip()
         if not token:

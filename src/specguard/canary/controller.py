@@ -29,6 +29,7 @@ is slow or down cannot hold a rollback back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -37,6 +38,7 @@ from typing import Any
 
 from specguard.canary.analysis import spends_look, why_inconclusive
 from specguard.canary.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
+from specguard.canary.hook_env import hook_environment, redact, token_values
 from specguard.canary.hooks import HookResult, run_hooks
 from specguard.canary.observability.annotations import FailedPost, GrafanaAnnotations
 from specguard.canary.policy import analysis_policy, judge_records, rollout_rule
@@ -427,10 +429,10 @@ class CanaryController:
             await self._apply_weights(st)
         if decision.kind == "rollback":
             await self._drain_candidate()
-            await self._run_hooks("rollback", self.rollout.hooks.rollback)
+            await self._run_hooks("rollback", self.rollout.hooks.rollback, decision, before)
             self.finished.set()
         elif decision.kind == "promote":
-            await self._run_hooks("promote", self.rollout.hooks.promote)
+            await self._run_hooks("promote", self.rollout.hooks.promote, decision, before)
             self.finished.set()
 
     async def _drain_candidate(self) -> None:
@@ -446,14 +448,29 @@ class CanaryController:
             await asyncio.sleep(self.traffic.drain_poll_s)
         self.log(f"rollback: candidate streams still in flight after {self.drain_s:g} s; running the hooks anyway")
 
-    async def _run_hooks(self, phase: str, commands: Sequence[Sequence[str]]) -> list[HookResult]:
+    async def _run_hooks(
+        self, phase: str, commands: Sequence[Sequence[str]], decision: Decision, from_percent: float
+    ) -> list[HookResult]:
         if not commands:
             return []
         h = self.rollout.hooks
-        # Hooks get the controller's environment without the admin and Grafana tokens: a hook has no business with them.
-        secret = {self.rollout.admin.token_env, self.rollout.grafana.token_env if self.rollout.grafana else None}
-        env = {k: v for k, v in os.environ.items() if k not in secret}
-        results = await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
+        # An explicit environment, never a token variable; output scanned for every token's value (canary.hook_env).
+        described = {
+            "hook": phase,
+            "rollout": self.rollout.name,
+            "step": str(decision.step),
+            "percent": f"{from_percent:g}",  # the candidate's weight when the decision was taken
+            "reason": decision.reasons[0].text if decision.reasons else "",
+            "state": str(self.rollout.state.path),
+        }
+        env = hook_environment(self.rollout, described)
+        secrets = token_values(self.rollout, os.environ)
+        results = [
+            dataclasses.replace(
+                r, argv=[redact(a, secrets) for a in r.argv], stdout=redact(r.stdout, secrets), stderr=redact(r.stderr, secrets)
+            )
+            for r in await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
+        ]
         for r in results:
             failed = not r.ok
             timed_out = " (timed out)" if r.timed_out else ""

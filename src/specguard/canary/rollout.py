@@ -355,6 +355,19 @@ class Hooks(FiniteModel):
     promote: list[list[str]] = Field(default_factory=list)
     timeout_s: float = Field(default=120.0, gt=0, description="per command")
     retries: int = Field(default=0, ge=0, description="further tries of a failing command")
+    env: list[str] = Field(
+        default_factory=list,
+        description="names of the controller's environment variables a hook also gets (besides PATH, HOME, LANG, "
+        "LC_ALL, TZ and the SPECGUARD_* of the decision); never a token variable",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"not an environment variable name (got {name!r})")
+        return value
 
     @field_validator("rollback", "promote", mode="before")
     @classmethod
@@ -381,13 +394,26 @@ class Hooks(FiniteModel):
         return value
 
 
+class AdminTLS(FiniteModel):
+    """The admin API over HTTPS: a PEM certificate (chain) and its private key, both relative to the rollout file."""
+
+    cert: str = Field(description="PEM certificate file")
+    key: str = Field(description="PEM private key file")
+
+
 class Admin(FiniteModel):
-    """The admin API: loopback unless ``allow_remote`` is set, always behind a bearer token."""
+    """The admin API: loopback unless ``allow_remote`` is set, always behind a bearer token; off loopback the
+    token must be at least ``REMOTE_TOKEN_MIN_BYTES`` long, and TLS (``tls``) is advised (a warning without it)."""
 
     listen: str = "127.0.0.1:8081"
     allow_remote: bool = Field(default=False, description="required for a listen address that is not loopback")
     token_env: str | None = Field(default=None, description="environment variable holding the bearer token")
     token_file: str | None = Field(default=None, description="file holding the bearer token (relative to the rollout)")
+    tls: AdminTLS | None = Field(default=None, description="serve the admin API over HTTPS with this certificate and key")
+
+    @property
+    def remote(self) -> bool:
+        return not is_loopback(split_listen(self.listen)[0])
 
     @field_validator("listen")
     @classmethod
@@ -492,6 +518,10 @@ class Rollout(FiniteModel):
         if self.pools.control is not None and any(s.percent > 50 for s in self.steps[:-1]):
             # The control pool takes the candidate's share from the baseline: both fit only up to 50 %.
             raise ValueError("with a control pool, every step before the last is at most 50 %")
+        tokens = {self.admin.token_env, getattr(self.metrics, "token_env", None), self.grafana and self.grafana.token_env}
+        passed = sorted(set(self.hooks.env) & {t for t in tokens if t})
+        if passed:
+            raise ValueError(f"hooks.env: {', '.join(passed)} holds a token; a hook never gets a token variable")
         return self
 
     def stored(self) -> dict[str, Any]:
@@ -541,4 +571,7 @@ def load_rollout(path: Path) -> Rollout:
     rollout = load_yaml_model(path, Rollout, RolloutError, "rollout file")
     if rollout.admin.token_file is not None and not Path(rollout.admin.token_file).is_absolute():
         rollout.admin.token_file = str((path.parent / rollout.admin.token_file).resolve())
+    tls = rollout.admin.tls
+    if tls is not None:
+        tls.cert, tls.key = (str((path.parent / f).resolve()) if not Path(f).is_absolute() else f for f in (tls.cert, tls.key))
     return rollout

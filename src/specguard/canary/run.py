@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from specguard.canary.admin import admin_app, read_token
+from specguard.canary.admin import admin_app, admin_ssl_context, read_token, remote_without_tls_warning
 from specguard.canary.controller import CanaryController
 from specguard.canary.engines import TrafficDriver
 from specguard.canary.engines.config import GatewayApiEngine, HAProxyEngine, ProxyEngine
@@ -61,7 +62,9 @@ class CanaryOutcome:
     interrupted: bool  # stopped by a signal (or the caller's stop event) rather than by finishing
 
 
-async def _site(app: web.Application, listen: str, what: str, shutdown_s: float) -> web.AppRunner:
+async def _site(
+    app: web.Application, listen: str, what: str, shutdown_s: float, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
     host, port = split_listen(listen)
     # handler_cancellation: a client that goes away cancels its handler, which closes the upstream request.
     runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None, handler_cancellation=True)
@@ -69,7 +72,7 @@ async def _site(app: web.Application, listen: str, what: str, shutdown_s: float)
     try:
         # backlog: 256 clients connecting at once overflowed aiohttp's default of 128, and the kernel's retry of a
         # dropped SYN after 1 s showed as 1-3 s TTFT spikes in bench/proxy_overhead.py.
-        await web.TCPSite(runner, host, port, backlog=1024).start()
+        await web.TCPSite(runner, host, port, backlog=1024, ssl_context=ssl_context).start()
     except OSError as exc:
         await runner.cleanup()
         raise ServerError(f"the {what} cannot listen on {listen}: {exc.strerror or exc}") from exc
@@ -86,6 +89,9 @@ async def run_canary(
     stop: asyncio.Event | None = None,
 ) -> CanaryOutcome:
     token = read_token(rollout.admin)  # refused before anything starts
+    admin_tls = admin_ssl_context(rollout.admin)
+    if (plain := remote_without_tls_warning(rollout.admin)) is not None:
+        log(plain)
     grafana_token = read_grafana_token(rollout.grafana) if rollout.grafana is not None else None
     prometheus_token = read_metrics_token(rollout)
     state_path = Path(rollout.state.path)
@@ -134,7 +140,9 @@ async def run_canary(
         holder.append(controller)
         proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
         try:
-            admin_runner = await _site(admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0)
+            admin_runner = await _site(
+                admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0, admin_tls
+            )
         except ServerError:
             await proxy_runner.cleanup()
             raise
@@ -242,7 +250,13 @@ async def _run_with_engine(
     controller = CanaryController(
         rollout, store, EngineTraffic(driver), watcher, log=log, drain_s=drain_s, annotations=annotations, server_side=server_side
     )
-    admin_runner = await _site(admin_app(controller, token, CollectorRegistry(), log), rollout.admin.listen, "admin API", 5.0)
+    admin_runner = await _site(
+        admin_app(controller, token, CollectorRegistry(), log),
+        rollout.admin.listen,
+        "admin API",
+        5.0,
+        admin_ssl_context(rollout.admin),
+    )
     log(
         f"canary {rollout.name}: engine {rollout.engine.type}, metrics from {source.kind}, "
         f"admin API on {rollout.admin.listen}, state {rollout.state.path}"

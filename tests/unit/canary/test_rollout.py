@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS
+from specguard.canary.admin import admin_ssl_context, read_token, remote_without_tls_warning
 from specguard.canary.rollout import (
     DEFAULT_STEPS,
     LATENCY_METRICS,
@@ -19,7 +20,7 @@ from specguard.canary.rollout import (
     split_listen,
 )
 from specguard.check.plan import LaunchSpec
-from specguard.errors import ExitCode, InputFileError
+from specguard.errors import ExitCode, InputFileError, OptionError
 from specguard.server_metrics.names import GAUGES
 from tests.canary_harness import MINIMAL_ROLLOUT
 
@@ -291,3 +292,21 @@ def test_the_examples_are_the_embedded_default_and_the_checklists_fleet() -> Non
     units = {arg for argv in fleet.hooks.rollback for arg in argv}
     assert {"vllm-target-baseline.service", "vllm-target-speculative.service"} <= units
     assert all(argv[0] == "systemctl" for argv in fleet.hooks.rollback + fleet.hooks.promote)
+
+
+def test_off_loopback_the_admin_token_needs_32_bytes_and_tls_is_advised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = MINIMAL.replace("admin:\n  token_env: CANARY_TOKEN\n", "")
+    remote = load_rollout(write(tmp_path, base + "admin: {listen: '0.0.0.0:8081', allow_remote: true, token_env: T}\n"))
+    monkeypatch.setenv("T", "x")
+    with pytest.raises(OptionError, match=r"off loopback, so its token needs at least 32 bytes \(got 1\)"):
+        read_token(remote.admin)
+    monkeypatch.setenv("T", "x" * 32)
+    assert read_token(remote.admin) == "x" * 32
+    assert "without TLS" in (remote_without_tls_warning(remote.admin) or "")
+    local = load_rollout(write(tmp_path, MINIMAL))
+    monkeypatch.setenv("CANARY_TOKEN", "x")  # on loopback a short token is the operator's call
+    assert read_token(local.admin) == "x" and remote_without_tls_warning(local.admin) is None
+    tls = load_rollout(write(tmp_path, base + "admin: {token_env: T, tls: {cert: no-such.pem, key: no-such.key}}\n"))
+    assert tls.admin.tls is not None and tls.admin.tls.cert == str(tmp_path / "no-such.pem")
+    with pytest.raises(OptionError, match="admin.tls: cannot load"):
+        admin_ssl_context(tls.admin)
