@@ -48,6 +48,13 @@ _FINGERPRINT_KEY = b',"system_fingerprint":'
 # but tries a pattern that starts with a class at every byte (2.2 us each on a 130-byte chunk). With the
 # flat-object path of _value_end, feed went from 12.5 to 7.3 us per chunk (2-core dev VM, bench/proxy_overhead.py).
 _FINISHED_KEY = b'"finish_reason":"'
+# The same members as another server may space them (``json.dumps``' default ", " and ": ", valid JSON, the
+# same data): tried only when the compact form is absent, so vLLM's chunks never pay for them. Before issue 28
+# a server writing ``, "usage": `` had every chunk's usage forwarded to clients that never asked (0 of 12
+# streams identical). A quote right after ``,`` and spaces is structural: inside a string it would be escaped.
+_USAGE_SPACED = re.compile(rb',\s*"usage"\s*:\s*')
+_FINISHED_SPACED = re.compile(rb'[,{]\s*"finish_reason"\s*:\s*"')
+_FINGERPRINT_SPACED = re.compile(rb',\s*"system_fingerprint"\s*:\s*')
 _CHOICES_EMPTY = re.compile(rb'"choices":\s*\[\s*\]')
 _SEP = b"\n\n"
 
@@ -130,13 +137,30 @@ def _value_end(data: bytes, start: int) -> int:
     return n
 
 
+def _last_member(event: bytes, compact: bytes, spaced: re.Pattern[bytes]) -> tuple[int, int] | None:
+    """(where the member's ``,`` is, where its value starts) for the last structural ``,"key":``, compact or spaced."""
+    at = event.rfind(compact)
+    if at >= 0:
+        return at, at + len(compact)
+    found = None
+    for found in spaced.finditer(event):  # noqa: B007  the last match is the one wanted
+        pass
+    return None if found is None else (found.start(), found.end())
+
+
 def strip_usage_member(event: bytes) -> tuple[bytes, int | None]:
     """``event`` without its top-level ``,"usage":...`` member, and the offset where it was (None: none found)."""
-    at = event.rfind(_USAGE_KEY)
-    if at < 0:
-        return event, None
-    end = _value_end(event, at + len(_USAGE_KEY))
-    return event[:at] + event[end:], at
+    stripped, at, _ = _strip_usage(event)
+    return stripped, at
+
+
+def _strip_usage(event: bytes) -> tuple[bytes, int | None, bytes]:
+    """As ``strip_usage_member``, plus the member's own ``,"usage":`` bytes (their spacing, for the fingerprint)."""
+    member = _last_member(event, _USAGE_KEY, _USAGE_SPACED)
+    if member is None:
+        return event, None, _USAGE_KEY
+    at, start = member
+    return event[:at] + event[_value_end(event, start) :], at, event[at:start]
 
 
 def _structural(event: bytes, key: bytes) -> bool:
@@ -158,11 +182,17 @@ def _no_choices(event: bytes) -> bool:
 
 def fingerprint_value(event: bytes) -> bytes | None:
     """The raw bytes of the event's ``"system_fingerprint"`` value (quotes included), or None."""
-    at = event.rfind(_FINGERPRINT_KEY)
-    if at < 0:
+    member = _last_member(event, _FINGERPRINT_KEY, _FINGERPRINT_SPACED)
+    if member is None:
         return None
-    start = at + len(_FINGERPRINT_KEY)
-    return event[start : _value_end(event, start)]
+    return event[member[1] : _value_end(event, member[1])]
+
+
+def _terminal(event: bytes) -> bool:
+    """Whether the chunk has a structural ``"finish_reason": "..."`` (a string, not null), compact or spaced."""
+    if _structural(event, _FINISHED_KEY):
+        return True
+    return b'"finish_reason"' in event and _FINISHED_SPACED.search(event) is not None
 
 
 class UsageStripper:
@@ -176,7 +206,8 @@ class UsageStripper:
         self.plan = plan
         self.hold_terminal = hold_terminal and plan.drop_final
         self._buf = b""
-        self._held: list[tuple[bytes, int | None]] = []  # (event, usage offset if terminal else None)
+        # (event, usage offset if terminal else None, the fingerprint's key as the server would space it)
+        self._held: list[tuple[bytes, int | None, bytes]] = []
 
     def feed(self, data: bytes) -> bytes:
         if not self.plan.strip:
@@ -199,18 +230,19 @@ class UsageStripper:
             if self.plan.drop_final:
                 return self._release(fingerprint_value(event))
             return self._release(None) + event + _SEP
-        stripped, at = strip_usage_member(event)
-        terminal = _structural(stripped, _FINISHED_KEY)
+        stripped, at, key = _strip_usage(event)
+        terminal = _terminal(stripped)
         if self._held or (terminal and self.hold_terminal):
-            self._held.append((stripped, at if terminal else None))
+            # The fingerprint goes where usage was, spaced as the server spaced usage's own key.
+            self._held.append((stripped, at if terminal else None, key.replace(b'"usage"', b'"system_fingerprint"')))
             return b""
         return stripped + _SEP
 
     def _release(self, fingerprint: bytes | None) -> bytes:
         out = []
-        for event, at in self._held:
+        for event, at, key in self._held:
             if fingerprint is not None and at is not None:
-                event = event[:at] + b',"system_fingerprint":' + fingerprint + event[at:]
+                event = event[:at] + key + fingerprint + event[at:]
             out.append(event + _SEP)
         self._held = []
         return b"".join(out)

@@ -31,12 +31,21 @@ from specguard.canary.usage_strip import (
 TRICKY = [" Hello", ',"usage":{"prompt_tokens":1}', ' "finish_reason":"stop"', '"choices":[]', " é\\n}", "}}"]
 
 
-def _dump(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+SEPARATORS = {"compact": (",", ":"), "spaced": (", ", ": ")}  # vLLM's pydantic, and json.dumps' default
+
+
+def _dump(obj: dict[str, Any], spacing: str = "compact") -> str:
+    return json.dumps(obj, separators=SEPARATORS[spacing], ensure_ascii=False)
 
 
 def vllm_stream(
-    api: str, include_usage: bool, continuous: bool, fingerprint: str | None, texts: list[str], details: bool = False
+    api: str,
+    include_usage: bool,
+    continuous: bool,
+    fingerprint: str | None,
+    texts: list[str],
+    details: bool = False,
+    spacing: str = "compact",
 ) -> bytes:
     """One response as vLLM 0.32 streams it for these stream_options (n = 1, one prompt of 5 tokens)."""
     continuous = include_usage and continuous
@@ -60,13 +69,13 @@ def vllm_stream(
             chunk["usage"] = usage
         if not include_usage and fingerprint is not None and finish is not None:
             chunk["system_fingerprint"] = fingerprint
-        events.append(_dump(chunk))
+        events.append(_dump(chunk, spacing))
     if include_usage:
         final: dict[str, Any] = {**head, "choices": []}
         final["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt + len(texts), "completion_tokens": len(texts)}
         if fingerprint is not None:
             final["system_fingerprint"] = fingerprint
-        events.append(_dump(final))
+        events.append(_dump(final, spacing))
     events.append("[DONE]")
     return "".join(f"data: {e}\n\n" for e in events).encode()
 
@@ -97,9 +106,12 @@ CLIENT_OPTIONS = [(None, None), (False, None), (True, None), (True, False), (Fal
 @pytest.mark.parametrize("api", ["completions", "chat"])
 @pytest.mark.parametrize(("include", "continuous"), CLIENT_OPTIONS)
 @pytest.mark.parametrize("fingerprint", [None, "fp_44709d6fcb"])
+@pytest.mark.parametrize("spacing", ["compact", "spaced"])
 def test_client_receives_what_the_server_sends_without_the_option(
-    api: str, include: bool | None, continuous: bool | None, fingerprint: str | None
+    api: str, include: bool | None, continuous: bool | None, fingerprint: str | None, spacing: str
 ) -> None:
+    """Whichever way the server spaces its JSON (issue 28: a server writing ``, "usage": `` had every chunk's usage
+    forwarded to clients that never asked)."""
     options = client_options(include, continuous)
     body: dict[str, Any] = {"model": "m", "prompt": "p", "stream": True}
     if options:
@@ -108,8 +120,8 @@ def test_client_receives_what_the_server_sends_without_the_option(
     upstream_options = json.loads(sent)["stream_options"]
     assert upstream_options["include_usage"] is True and upstream_options["continuous_usage_stats"] is True
     assert parsed == body
-    wanted = vllm_stream(api, bool(include), bool(continuous), fingerprint, TRICKY, details=api == "chat")
-    served = vllm_stream(api, True, True, fingerprint, TRICKY, details=api == "chat")
+    wanted = vllm_stream(api, bool(include), bool(continuous), fingerprint, TRICKY, details=api == "chat", spacing=spacing)
+    served = vllm_stream(api, True, True, fingerprint, TRICKY, details=api == "chat", spacing=spacing)
     assert served != wanted
     assert run(plan, [served]) == wanted
     for seed in range(5):  # events split across reads anywhere
