@@ -87,15 +87,15 @@ from aiohttp import web
 
 from specguard import __version__
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import HAProxyDriver, parse_servers_state
-from specguard.canary.engines.haproxy_config import render_haproxy_config
-from specguard.canary.proxy import CanaryProxy, tune_gc
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import Rollout, Split
-from specguard.canary.split import PoolName
-from specguard.canary.upstream import Upstream
-from specguard.canary.usage_strip import UsageStripper, request_with_usage
+from specguard.canary.ops.haproxy_config import render_haproxy_config
+from specguard.canary.proxy.server import CanaryProxy, tune_gc
+from specguard.canary.proxy.upstream import Upstream
+from specguard.canary.proxy.usage_strip import UsageStripper, request_with_usage
+from specguard.canary.routers.haproxy import HAProxyDriver, parse_servers_state
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import Rollout, Split
+from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state.records import ProxiedRequest
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
@@ -115,7 +115,7 @@ REFERENCE = "haproxy-nodelay"
 ENGINES = ("specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
-# As canary/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
+# As canary/control/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
 # loop is busy (TcpExtListenOverflows grew) and the dropped SYNs were retried after 1 s: 1-3 s TTFT p99 in some
 # passes. HAProxy's backlog defaults to its maxconn (4096 here).
 PROXY_BACKLOG = 1024

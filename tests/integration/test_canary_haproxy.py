@@ -19,11 +19,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.engines import TrafficDriver
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.engines.haproxy_stats import pool_responses
-from specguard.canary.rollout import Rollout
+from specguard.canary.evidence.haproxy_stats import pool_responses
+from specguard.canary.routers.driver import TrafficDriver
+from specguard.canary.routers.haproxy import HAProxyDriver
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import Rollout
 from specguard.errors import RuntimeFailure
 from specguard.scripted.process import ScriptedProcess
 from tests.haproxy_harness import HAProxyProcess, engine_of

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
+from specguard.canary.judge.histogram_judge import HISTOGRAM_DEFINITIONS
 from specguard.canary.report import read_canary_report_data
-from specguard.canary.rollout import load_rollout
+from specguard.canary.routers.haproxy import HAProxyDriver
+from specguard.canary.spec.rollout import load_rollout
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, wait_until

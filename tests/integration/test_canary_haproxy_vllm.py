@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.rollout import Rollout
+from specguard.canary.routers.haproxy import HAProxyDriver
+from specguard.canary.spec.rollout import Rollout
 from specguard.embedded.servers import SERVED_NAME
 from specguard.server_metrics.parse import parse_metrics_text
 from specguard.vllm.process import ManagedServer

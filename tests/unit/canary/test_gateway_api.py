@@ -22,9 +22,8 @@ import jsonschema
 import pytest
 import yaml
 
-from specguard.canary.engines import TrafficDriver
-from specguard.canary.engines.config import GATEWAY_WEIGHT_TOTAL, INFERENCE_POOL_GROUP, GatewayApiEngine
-from specguard.canary.engines.gateway_api import (
+from specguard.canary.routers.driver import TrafficDriver
+from specguard.canary.routers.gateway_api import (
     ANNOTATION_PREFIX,
     API_VERSION,
     GatewayApiDriver,
@@ -32,7 +31,8 @@ from specguard.canary.engines.gateway_api import (
     weight_units,
     write_route_files,
 )
-from specguard.canary.rollout import DEFAULT_STEPS
+from specguard.canary.spec.engine import GATEWAY_WEIGHT_TOTAL, INFERENCE_POOL_GROUP, GatewayApiEngine
+from specguard.canary.spec.rollout import DEFAULT_STEPS
 from specguard.errors import RuntimeFailure, UsageError
 
 # A copy of ../shared/reference/gateway-api/ (its README there and here says where it comes from), kept in the

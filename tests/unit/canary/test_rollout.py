@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS
-from specguard.canary.rollout import (
+from specguard.canary.spec.rollout import (
     DEFAULT_STEPS,
     LATENCY_METRICS,
     POOL_GAUGES,
