@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from specguard.canary.spec.validators import ENV_NAME
+
 __all__ = ["environment_lines", "exec_line", "quote_word"]
 
 # Words made only of these need no quotes; `%` and `$` are doubled whether quoted or not.
 _BARE = re.compile(r"^[A-Za-z0-9_@+=:,./%$-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMED_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
@@ -61,7 +62,7 @@ def environment_lines(env: Mapping[str, str]) -> list[str]:
     """One ``Environment="NAME=value"`` line per variable, sorted by name."""
     lines = []
     for name in sorted(env):
-        if not _ENV_NAME.match(name):
+        if not ENV_NAME.match(name):
             raise ValueError(f"not an environment variable name: {name!r}")
         lines.append("Environment=" + quote_word(f"{name}={env[name]}", expands_dollar=False))
     return lines

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator, model_validator
-from pydantic_core import InitErrorDetails
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from specguard.canary.spec.validators import bare_word_union
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.models_base import FiniteModel
 
@@ -260,29 +259,5 @@ class GatewayApiEngine(FiniteModel):
 Engine = Annotated[ProxyEngine | HAProxyEngine | GatewayApiEngine, Field(discriminator="type")]
 
 
-def _untagged(errors: Iterable[Any], tag: object) -> list[InitErrorDetails]:
-    out: list[InitErrorDetails] = []
-    for e in errors:
-        loc = tuple(e["loc"])
-        if loc and loc[0] == tag:
-            loc = loc[1:]
-        details = InitErrorDetails(type=e["type"], loc=loc, input=e["input"])
-        if "ctx" in e:
-            details["ctx"] = e["ctx"]
-        out.append(details)
-    return out
-
-
-def validate_engine(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """The ``engine`` field's wrap validator: a bare word is ``{type: WORD}``; errors keep the file's key path.
-
-    pydantic puts the union's tag into an error's location (``engine.gateway-api.route``); the rollout file
-    has no such key, so the line and key an error names would be wrong. The tag is taken out again here.
-    """
-    if isinstance(value, str):
-        value = {"type": value}
-    try:
-        return handler(value)
-    except ValidationError as exc:
-        tag = value.get("type") if isinstance(value, dict) else None
-        raise ValidationError.from_exception_data(exc.title, _untagged(exc.errors(), tag)) from None
+# A bare word is ``{type: WORD}``; an error's location loses the union's tag, so that it names the file's key.
+validate_engine = bare_word_union("type")

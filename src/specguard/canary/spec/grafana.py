@@ -17,12 +17,12 @@ import re
 
 from pydantic import Field, field_validator
 
+from specguard.canary.spec.validators import EnvName
 from specguard.models_base import FiniteModel
 from specguard.validation import HttpUrl
 
-__all__ = ["ENV_NAME", "GrafanaConfig"]
+__all__ = ["GrafanaConfig"]
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Grafana's rule for a dashboard uid: at most 40 characters, letters, digits, '-' and '_'.
 _UID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 # Grafana's annotation tags are free text; these bounds keep a tag a label rather than a paragraph.
@@ -33,19 +33,12 @@ class GrafanaConfig(FiniteModel):
     """Grafana's URL, the token's environment variable, the dashboard to annotate and extra tags."""
 
     url: HttpUrl = Field(description="Grafana's root URL, http(s)://host[:port][/subpath]")
-    token_env: str = Field(description="the environment variable holding a service-account token (never the token)")
+    token_env: EnvName = Field(description="the environment variable holding a service-account token (never the token)")
     dashboard_uid: str | None = Field(
         default=None, description="default: the uid of the dashboard 'specguard canary observability' writes"
     )
     tags: list[str] = Field(default_factory=list, description="added to every annotation's tags")
     timeout_s: float = Field(default=5.0, gt=0, le=60, description="per post: a Grafana that hangs never holds a decision back")
-
-    @field_validator("token_env")
-    @classmethod
-    def _env_name(cls, value: str) -> str:
-        if not ENV_NAME.match(value):
-            raise ValueError(f"not an environment variable name (got {value!r}); give the variable's name, not the token")
-        return value
 
     @field_validator("dashboard_uid")
     @classmethod

@@ -14,20 +14,16 @@ point per scrape, and a smaller step would only repeat samples.
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator, field_validator
+from pydantic import Field, WrapValidator, field_validator
 
-# The engine key's location fix-up, one owner (spec/engine.py); the tag here is `source`, not `type`.
-from specguard.canary.spec.engine import _untagged
+from specguard.canary.spec.validators import EnvName, bare_word_union
 from specguard.models_base import FiniteModel
 from specguard.validation import HttpUrl
 from specguard.vllm.knowledge import Version, VersionParseError, parse_version
 
 __all__ = ["EngineResponses", "Metrics", "PrometheusMetrics", "ScrapeMetrics", "validate_metrics"]
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ScrapeMetrics(FiniteModel):
@@ -52,7 +48,7 @@ class PrometheusMetrics(FiniteModel):
 
     source: Literal["prometheus"]
     url: HttpUrl = Field(description="Prometheus' base URL, e.g. http://127.0.0.1:9090")
-    token_env: str | None = Field(default=None, description="environment variable holding a bearer token")
+    token_env: EnvName | None = Field(default=None, description="environment variable holding a bearer token")
     step_s: float = Field(default=15.0, gt=0, le=3600, description="the pools' scrape interval in Prometheus")
     engine_responses: EngineResponses | None = Field(
         default=None, description="the engine's response counters, for the error rate behind a Gateway"
@@ -61,13 +57,6 @@ class PrometheusMetrics(FiniteModel):
     vllm_version: str | None = Field(
         default=None, description="the pools' vLLM release, whose metric names are queried (default: what the servers report)"
     )
-
-    @field_validator("token_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(f"not an environment variable name (got {value!r})")
-        return value
 
     @field_validator("vllm_version")
     @classmethod
@@ -84,15 +73,8 @@ class PrometheusMetrics(FiniteModel):
         return parse_version(self.vllm_version) if self.vllm_version else None
 
 
-def validate_metrics(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A bare word is ``{source: WORD}``; an error's location loses the union's tag, as ``validate_engine`` does."""
-    if isinstance(value, str):
-        value = {"source": value}
-    try:
-        return handler(value)
-    except ValidationError as exc:
-        tag = value.get("source") if isinstance(value, dict) else None
-        raise ValidationError.from_exception_data(exc.title, _untagged(exc.errors(), tag)) from None
+# A bare word is ``{source: WORD}``; an error's location loses the union's tag, as ``validate_engine``'s does.
+validate_metrics = bare_word_union("source")
 
 
 Metrics = Annotated[

@@ -35,6 +35,7 @@ from specguard.canary.spec.engine import (
 )
 from specguard.canary.spec.grafana import GrafanaConfig
 from specguard.canary.spec.metrics import Metrics, ScrapeMetrics
+from specguard.canary.spec.validators import EnvName, HeaderName
 from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
@@ -68,10 +69,6 @@ __all__ = [
 
 DEFAULT_STEPS: tuple[float, ...] = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 PROXY_ONLY_KEYS: tuple[str, ...] = ("listen", "split")
-
-# An HTTP header name (RFC 9110 token); headers are matched case-insensitively, so they are kept lower case.
-_HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -159,14 +156,7 @@ class StickyKey(FiniteModel):
     """
 
     source: Literal["header", "user", "none"] = "user"
-    header: str | None = Field(default=None, description="the header's name, with source: header")
-
-    @field_validator("header")
-    @classmethod
-    def _header_name(cls, value: str | None) -> str | None:
-        if value is not None and not _HEADER.match(value):
-            raise ValueError(f"not an HTTP header name (got {value!r})")
-        return value.lower() if value else value
+    header: HeaderName | None = Field(default=None, description="the header's name, with source: header")
 
     @model_validator(mode="after")
     def _header_iff_header(self) -> StickyKey:
@@ -195,15 +185,8 @@ class SegmentKey(FiniteModel):
     """What a request's segment is: the model name, a header's value, rules on the prompt, or one segment."""
 
     source: Literal["model", "header", "rules", "none"] = "model"
-    header: str | None = None
+    header: HeaderName | None = None
     rules: list[SegmentRule] = Field(default_factory=list)
-
-    @field_validator("header")
-    @classmethod
-    def _header_name(cls, value: str | None) -> str | None:
-        if value is not None and not _HEADER.match(value):
-            raise ValueError(f"not an HTTP header name (got {value!r})")
-        return value.lower() if value else value
 
     @model_validator(mode="after")
     def _fields_match_source(self) -> SegmentKey:
@@ -380,20 +363,13 @@ class Admin(FiniteModel):
 
     listen: str = "127.0.0.1:8081"
     allow_remote: bool = Field(default=False, description="required for a listen address that is not loopback")
-    token_env: str | None = Field(default=None, description="environment variable holding the bearer token")
+    token_env: EnvName | None = Field(default=None, description="environment variable holding the bearer token")
     token_file: str | None = Field(default=None, description="file holding the bearer token (relative to the rollout)")
 
     @field_validator("listen")
     @classmethod
     def _host_port(cls, value: str) -> str:
         split_listen(value)
-        return value
-
-    @field_validator("token_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(f"not an environment variable name (got {value!r})")
         return value
 
     @model_validator(mode="after")
