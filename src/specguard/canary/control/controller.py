@@ -42,7 +42,7 @@ from specguard.canary.judge.decision import CanaryReason, CriticalEvent, Decisio
 from specguard.canary.judge.policy import analysis_policy, judge_records, rollout_rule
 from specguard.canary.judge.window import spends_look, why_inconclusive
 from specguard.canary.notify.grafana import FailedPost, GrafanaAnnotations
-from specguard.canary.routers.traffic import Traffic
+from specguard.canary.routers.base import TrafficRouter
 from specguard.canary.spec.rollout import Rollout
 from specguard.canary.state.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.state.store import CanaryStore
@@ -66,7 +66,7 @@ class CanaryController:
         self,
         rollout: Rollout,
         store: CanaryStore,
-        traffic: Traffic,
+        traffic: TrafficRouter,
         watcher: PoolWatcher,
         *,
         log: Callable[[str], None] = print,

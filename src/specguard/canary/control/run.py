@@ -13,6 +13,7 @@ A restarted controller resumes at the same weight and step: sticky keys hash to 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import time
@@ -38,11 +39,9 @@ from specguard.canary.notify.grafana import (
 from specguard.canary.observability.dashboard import dashboard_uid
 from specguard.canary.ops.pools import StartedPools, start_pools
 from specguard.canary.proxy.server import CanaryProxy, tune_gc
-from specguard.canary.routers.driver import TrafficDriver
-from specguard.canary.routers.gateway_api import GatewayApiDriver
-from specguard.canary.routers.haproxy import HAProxyDriver
-from specguard.canary.routers.traffic import EngineTraffic, ProxyTraffic
-from specguard.canary.spec.engine import GatewayApiEngine, HAProxyEngine, ProxyEngine
+from specguard.canary.routers.factory import build_router
+from specguard.canary.routers.haproxy import HAProxyRuntime
+from specguard.canary.spec.engine import HAProxyEngine, ProxyEngine
 from specguard.canary.spec.metrics import PrometheusMetrics
 from specguard.canary.spec.rollout import Rollout, split_listen
 from specguard.canary.spec.vocabulary import PoolName
@@ -129,7 +128,7 @@ async def run_canary(
         proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
         watcher = PoolWatcher(pools.upstreams)
         controller = CanaryController(
-            rollout, store, ProxyTraffic(proxy), watcher, log=log, drain_s=drain_s, annotations=annotations
+            rollout, store, build_router(rollout, proxy), watcher, log=log, drain_s=drain_s, annotations=annotations
         )
         holder.append(controller)
         proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
@@ -192,15 +191,6 @@ def _release(rollout: Rollout, pools: StartedPools) -> Version:
     )
 
 
-def _driver(rollout: Rollout) -> TrafficDriver:
-    engine = rollout.engine
-    if isinstance(engine, HAProxyEngine):
-        return HAProxyDriver(engine)
-    if isinstance(engine, GatewayApiEngine):
-        return GatewayApiDriver(engine, rollout.name)
-    raise OptionError(f"engine {engine.type}: no driver")
-
-
 async def _run_with_engine(
     rollout: Rollout,
     pools: StartedPools,
@@ -215,7 +205,7 @@ async def _run_with_engine(
 ) -> CanaryStatus:
     """HAProxy or a Gateway carries the requests: no proxy; the driver moves the weights, the pools' own series
     (and HAProxy's response counters) are the evidence, through the same controller."""
-    driver = _driver(rollout)
+    router = build_router(rollout)
     source: PoolMetricsSource
     counts: CountsReader | None = None
     if isinstance(rollout.metrics, PrometheusMetrics):
@@ -230,17 +220,21 @@ async def _run_with_engine(
     else:
         source = ScrapeSource(pools.upstreams)
     haproxy = rollout.engine if isinstance(rollout.engine, HAProxyEngine) else None
+    stats = None
+    if haproxy is not None:
+        # HAProxy's counters on the router's runtime socket (one command per connection: nothing is shared).
+        stats = functools.partial(HAProxyRuntime(haproxy.socket).show_stat, haproxy.backend)
     server_side = ServerSideWindows(
         source,
         analysis_policy(rollout),
         list(rollout.analysis.metrics),
         haproxy=haproxy,
-        stats=driver.server_stats if isinstance(driver, HAProxyDriver) else None,
+        stats=stats,
         counts=counts,
     )
     watcher = PoolWatcher(pools.upstreams)
     controller = CanaryController(
-        rollout, store, EngineTraffic(driver), watcher, log=log, drain_s=drain_s, annotations=annotations, server_side=server_side
+        rollout, store, router, watcher, log=log, drain_s=drain_s, annotations=annotations, server_side=server_side
     )
     admin_runner = await _site(admin_app(controller, token, CollectorRegistry(), log), rollout.admin.listen, "admin API", 5.0)
     log(
@@ -251,7 +245,7 @@ async def _run_with_engine(
         status = await controller.run(stop, exit_when_finished=exit_when_finished)
     finally:
         await admin_runner.cleanup()
-        await driver.close()
+        await router.close()
         await server_side.close()
         await watcher.close()
         if annotations is not None:

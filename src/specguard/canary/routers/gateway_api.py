@@ -9,7 +9,7 @@ refuses others with this engine) is carried exactly, with no rounding between th
 A rollback renders the candidate (and the control) at weight 0: the Gateway sends them no new request.
 
 ``render_httproute`` is pure. ``write_route_files`` writes each step's route to its own file and to the
-current one, each atomically, for a GitOps pipeline or an operator to apply. ``GatewayApiDriver`` does both at
+current one, each atomically, for a GitOps pipeline or an operator to apply. ``GatewayApiRouter`` does both at
 every ``set_weights`` and, with ``apply: true``, runs ``kubectl apply -f`` on the step's file (an argument
 list, bounded in time, killed with its process group on timeout, as a hook is).
 
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard.canary.control.hooks import run_hook
+from specguard.canary.routers.base import EngineRouter
 from specguard.canary.spec.engine import GATEWAY_WEIGHT_TOTAL, BackendRef, GatewayApiEngine
 from specguard.errors import OutputWriteError, RuntimeFailure, UsageError
 from specguard.results.store import write_yaml_atomic
@@ -36,7 +37,7 @@ from specguard.results.store import write_yaml_atomic
 __all__ = [
     "ANNOTATION_PREFIX",
     "API_VERSION",
-    "GatewayApiDriver",
+    "GatewayApiRouter",
     "RouteFiles",
     "find_kubectl",
     "kubectl_apply",
@@ -181,8 +182,8 @@ async def kubectl_apply(path: Path, kubectl: str, timeout_s: float, env: Mapping
     raise RuntimeFailure(f"kubectl apply -f {path} {how}" + (f": {said}" if said else ""))
 
 
-class GatewayApiDriver:
-    """``TrafficDriver`` for ``engine: gateway-api``: renders, writes and (with ``apply``) applies each step's route.
+class GatewayApiRouter(EngineRouter):
+    """``TrafficRouter`` for ``engine: gateway-api``: renders, writes and (with ``apply``) applies each step's route.
 
     Calls are serialised: a rollback issued while a step's ``kubectl apply`` runs is applied after it, never
     before (the older step would otherwise overwrite the rollback in the cluster). ``env`` is kubectl's

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from specguard.canary.evidence.haproxy_stats import ServerStat, parse_show_stat, pool_in_flight
+from specguard.canary.routers.base import EngineRouter
 from specguard.canary.spec.engine import HAProxyEngine
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.errors import RuntimeFailure
@@ -48,7 +49,7 @@ __all__ = [
     "HAPROXY_MAX_WEIGHT",
     "POOL_WEIGHT_TOTAL",
     "AppliedWeights",
-    "HAProxyDriver",
+    "HAProxyRouter",
     "HAProxyRuntime",
     "ServerState",
     "haproxy_weights",
@@ -225,8 +226,8 @@ class AppliedWeights:
     drained: tuple[str, ...] = field(default=())
 
 
-class HAProxyDriver:
-    """``TrafficDriver`` for ``engine: haproxy``: sets each server's weight and checks that HAProxy took it.
+class HAProxyRouter(EngineRouter):
+    """``TrafficRouter`` for ``engine: haproxy``: sets each server's weight and checks that HAProxy took it.
 
     Calls are serialised with a lock: a rollback issued while a step's commands run is applied after them,
     never interleaved with them. ``applied`` keeps what each call set, as read back.
