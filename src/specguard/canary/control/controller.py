@@ -36,10 +36,10 @@ from typing import Any
 
 from specguard.canary.control.hooks import HookResult, run_hooks
 from specguard.canary.control.status import read_status
-from specguard.canary.evidence.pool_watch import BurstDetector, PoolWatcher, window_gauges
-from specguard.canary.evidence.server_side import ServerSideWindows
+from specguard.canary.evidence.base import EvidenceSource
+from specguard.canary.evidence.pool_watch import BurstDetector
 from specguard.canary.judge.decision import CanaryReason, CriticalEvent, Decision, StepProgress, WindowRecord, decide
-from specguard.canary.judge.policy import analysis_policy, judge_records, rollout_rule
+from specguard.canary.judge.policy import rollout_rule
 from specguard.canary.judge.window import spends_look, why_inconclusive
 from specguard.canary.notify.grafana import FailedPost, GrafanaAnnotations
 from specguard.canary.routers.base import TrafficRouter
@@ -67,25 +67,22 @@ class CanaryController:
         rollout: Rollout,
         store: CanaryStore,
         traffic: TrafficRouter,
-        watcher: PoolWatcher,
+        evidence: EvidenceSource,
         *,
         log: Callable[[str], None] = print,
         clock: Callable[[], float] = time.time,
         drain_s: float = 300.0,
         annotations: GrafanaAnnotations | None = None,
-        server_side: ServerSideWindows | None = None,
     ) -> None:
         self.rollout = rollout
         self.store = store
         self.traffic = traffic
-        # Behind HAProxy or a Gateway no record comes in: windows are judged on the pools' own series.
-        self.server_side = server_side
+        # The proxy's records, or behind HAProxy or a Gateway (where no record comes in) the pools' own series.
+        self.evidence = evidence
         self._weights_pending = False
-        self.watcher = watcher
         self.log = log
         self.clock = clock
         self.drain_s = drain_s
-        self.policy = analysis_policy(rollout)
         self.rule = rollout_rule(rollout)
         self.has_control = rollout.pools.control is not None
         self._window: list[ProxiedRequest] = []
@@ -230,8 +227,7 @@ class CanaryController:
         if self._weights_pending:
             await self._apply_weights(self.state)
             self._weights_pending = False
-        if self.server_side is not None:
-            await self.server_side.begin(self.clock())
+        await self.evidence.begin(self.clock())
         window_start = self.clock()
         window_t0 = loop.time()
         next_read = window_t0
@@ -247,9 +243,7 @@ class CanaryController:
             if now_m >= next_read:
                 next_read = now_m + read_every
                 if self.state.status in ("running", "paused"):
-                    self._critical.extend(await self.watcher.read_all())
-                    if self.server_side is not None:
-                        await self.server_side.poll()
+                    self._critical.extend(await self.evidence.read())
             if self._critical and self.state.status in ("running", "paused"):
                 events, self._critical = self._critical, []
                 await self._critical_rollback(events)
@@ -300,29 +294,13 @@ class CanaryController:
     async def _close_window(self, start: float, end: float) -> None:
         records, self._window = self._window, []
         self._flush()
-        readings = self.watcher.take_window()
         if self.state.status not in ("running", "paused"):
             return
         # Looks are spent only by windows that ran a test (analysis.spends_look): no-evidence windows take none.
         look, step = self.state.look + 1, self.state.step
-        counts: dict[str, int] = {}
-        if self.server_side is not None:
-            judged = await self.server_side.judge(start, end, look, has_control=self.has_control)
-            analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
-            counts = {pool: n for pool, (_, n) in (judged.responses or {}).items()}
-        else:
-            gauges, acceptance = window_gauges(readings)
-            # Off the relay loop: the records are handed over (this window's list is no longer appended to).
-            analysis = await asyncio.to_thread(
-                judge_records,
-                self.rollout,
-                self.policy,
-                records,
-                gauges,
-                look,
-                with_control=self.has_control,
-                percent=self.state.percent,
-            )
+        judged = await self.evidence.judge(records, start, end, look, has_control=self.has_control, percent=self.state.percent)
+        analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
+        counts = dict(judged.counts)
         if self.state.status not in ("running", "paused") or self.state.step != step:
             return  # rolled back, promoted or moved by the operator while the window was judged: it no longer applies
         if spends_look(analysis):
@@ -332,8 +310,7 @@ class CanaryController:
         self.state.requests_in_step += sum(
             1 for r in records if r.pool == "candidate" and not r.retried and r.step == self.state.step
         )
-        if self.server_side is not None:
-            self.state.requests_in_step += judged.candidate_requests
+        self.state.requests_in_step += judged.candidate_requests
         failures = [r for r in analysis.results if r.verdict == "FAIL"]
         window = WindowRecord(
             step=self.state.step, verdict=analysis.verdict, failures=failures, why_inconclusive=why_inconclusive(analysis)

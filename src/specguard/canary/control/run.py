@@ -28,7 +28,9 @@ from specguard.canary.control.admin import admin_app, read_token
 from specguard.canary.control.controller import CanaryController
 from specguard.canary.evidence.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource, engine_response_counts
 from specguard.canary.evidence.pool_watch import PoolWatcher
-from specguard.canary.evidence.server_side import CountsReader, ServerSideWindows
+from specguard.canary.evidence.records import RecordsEvidence
+from specguard.canary.evidence.scrape import PoolScraper
+from specguard.canary.evidence.server_side import CountsReader, ServerSideEvidence
 from specguard.canary.judge.policy import analysis_policy
 from specguard.canary.notify.grafana import (
     DASHBOARD_INVENTORY,
@@ -126,9 +128,9 @@ async def run_canary(
             holder[0].on_record(record)
 
         proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
-        watcher = PoolWatcher(pools.upstreams)
+        evidence = RecordsEvidence(rollout, analysis_policy(rollout), PoolWatcher(pools.upstreams))
         controller = CanaryController(
-            rollout, store, build_router(rollout, proxy), watcher, log=log, drain_s=drain_s, annotations=annotations
+            rollout, store, build_router(rollout, proxy), evidence, log=log, drain_s=drain_s, annotations=annotations
         )
         holder.append(controller)
         proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
@@ -147,7 +149,7 @@ async def run_canary(
             still = await proxy.drain(drain_s)
             await admin_runner.cleanup()
             await proxy.close()
-            await watcher.close()
+            await evidence.close()
             if annotations is not None:
                 await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
             controller.on_stopped(still)
@@ -208,6 +210,9 @@ async def _run_with_engine(
     router = build_router(rollout)
     source: PoolMetricsSource
     counts: CountsReader | None = None
+    # One scraper for the watcher and a scrape source: each page read and parsed once per tick.
+    scraper = PoolScraper(pools.upstreams, histograms=not isinstance(rollout.metrics, PrometheusMetrics))
+    watcher = PoolWatcher(pools.upstreams, scraper=scraper)
     if isinstance(rollout.metrics, PrometheusMetrics):
         api = PrometheusApi(str(rollout.metrics.url), prometheus_token, rollout.metrics.timeout_s)
         source = PrometheusSource(api, list(pools.upstreams), _release(rollout, pools), rollout.metrics.step_s)
@@ -218,24 +223,22 @@ async def _run_with_engine(
                 return await engine_response_counts(api, responses.errors, responses.total, at)
 
     else:
-        source = ScrapeSource(pools.upstreams)
+        source = ScrapeSource(pools.upstreams, scraper=scraper)
     haproxy = rollout.engine if isinstance(rollout.engine, HAProxyEngine) else None
     stats = None
     if haproxy is not None:
         # HAProxy's counters on the router's runtime socket (one command per connection: nothing is shared).
         stats = functools.partial(HAProxyRuntime(haproxy.socket).show_stat, haproxy.backend)
-    server_side = ServerSideWindows(
+    evidence = ServerSideEvidence(
         source,
         analysis_policy(rollout),
         list(rollout.analysis.metrics),
+        watcher,
         haproxy=haproxy,
         stats=stats,
         counts=counts,
     )
-    watcher = PoolWatcher(pools.upstreams)
-    controller = CanaryController(
-        rollout, store, router, watcher, log=log, drain_s=drain_s, annotations=annotations, server_side=server_side
-    )
+    controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
     admin_runner = await _site(admin_app(controller, token, CollectorRegistry(), log), rollout.admin.listen, "admin API", 5.0)
     log(
         f"canary {rollout.name}: engine {rollout.engine.type}, metrics from {source.kind}, "
@@ -246,8 +249,7 @@ async def _run_with_engine(
     finally:
         await admin_runner.cleanup()
         await router.close()
-        await server_side.close()
-        await watcher.close()
+        await evidence.close()
         if annotations is not None:
             await annotations.close()
         controller.on_stopped(0)

@@ -24,16 +24,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
-import aiohttp
 from pydantic import Field
 
+from specguard.canary.evidence.gauges import POOL_GAUGES
+from specguard.canary.evidence.scrape import PageRead, PoolScraper
 from specguard.canary.observability.conventions import POOL_LABEL
 from specguard.canary.proxy.upstream import Upstream
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.models_base import StrictModel
 from specguard.server_metrics import names
-from specguard.server_metrics.histograms import Histogram, histogram_delta, merge_histograms, parse_histograms
-from specguard.server_metrics.parse import MetricsParseError, parse_metrics_text
+from specguard.server_metrics.histograms import Histogram, histogram_delta, merge_histograms
 from specguard.server_metrics.prometheus_api import PrometheusApi, Series
 from specguard.vllm.knowledge import Version
 
@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 MetricsSourceKind = Literal["scrape", "prometheus"]
-POOL_GAUGES: tuple[str, ...] = ("requests_waiting", "requests_running", "kv_cache_usage")
 POOL_COUNTERS: tuple[str, ...] = ("spec_drafts", "spec_draft_tokens", "spec_accepted_tokens", "preemptions", "generation_tokens")
 POOL_HISTOGRAMS: tuple[str, ...] = tuple(names.HISTOGRAMS)
 # Gauges that are fractions: averaged over a server's label sets (engines), not summed (parse_metrics_text).
@@ -100,8 +99,9 @@ class PoolMetricsSource(Protocol):
 
     kind: MetricsSourceKind
 
-    async def poll(self) -> None:
-        """Take what must be taken now (a scrape); a source that keeps history itself does nothing."""
+    async def poll(self, reads: Sequence[PageRead] | None = None) -> None:
+        """Take what must be taken now (a scrape; ``reads`` when the tick's pages were read already); a source that
+        keeps history itself does nothing."""
 
     async def window(self, start_s: float, end_s: float) -> dict[PoolName, PoolWindow]:
         """Each pool's points in ``[start_s, end_s]`` (unix times)."""
@@ -112,13 +112,16 @@ class PoolMetricsSource(Protocol):
 # ---- direct scraping -------------------------------------------------------------------------------------
 
 
-def _server_point(text: str, t: float) -> PoolPoint:
-    sample = parse_metrics_text(text, t, "during")
+def _server_point(read: PageRead) -> PoolPoint | None:
+    """One server's point from its page; None when the page or its histograms could not be read."""
+    if not read.sample.ok or read.histograms is None:
+        return None
+    sample = read.sample
     return PoolPoint(
-        t_s=t,
+        t_s=sample.t_s,
         gauges={g: v for g, v in sample.gauges.items() if g in POOL_GAUGES},
         counters={c: v for c, v in sample.counters.items() if c in POOL_COUNTERS},
-        histograms=parse_histograms(text),
+        histograms=read.histograms,
     )
 
 
@@ -143,38 +146,34 @@ class ScrapeSource:
 
     kind: MetricsSourceKind = "scrape"
 
-    def __init__(self, pools: Mapping[PoolName, Sequence[Upstream]], timeout_s: float = 5.0, keep_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        pools: Mapping[PoolName, Sequence[Upstream]],
+        timeout_s: float = 5.0,
+        keep_s: float = 3600.0,
+        *,
+        scraper: PoolScraper | None = None,
+    ) -> None:
         self.pools = pools
-        self.timeout_s = timeout_s
         self.keep_s = keep_s
+        self.scraper = scraper if scraper is not None else PoolScraper(pools, timeout_s, histograms=True)
         self.points: dict[PoolName, list[PoolPoint]] = {p: [] for p in pools}
         self.errors: dict[str, str] = {}  # server -> the last read's error
-        self._session: aiohttp.ClientSession | None = None
 
-    async def _read(self, url: str, t: float) -> PoolPoint | None:
-        assert self._session is not None
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                async with self._session.get(url) as resp:
-                    text = await resp.text(errors="replace")
-                    if resp.status != 200:
-                        raise MetricsParseError(f"HTTP {resp.status}")
-            # Parsing a vLLM page takes milliseconds of pure Python: off the event loop (pool_watch does the same).
-            point = await asyncio.to_thread(_server_point, text, t)
-        except (aiohttp.ClientError, OSError, TimeoutError, MetricsParseError) as exc:
-            self.errors[url] = f"{type(exc).__name__}: {exc}"
-            return None
-        self.errors.pop(url, None)
-        return point
-
-    async def poll(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        t = time.time()
-        targets = [(pool, u) for pool, ups in self.pools.items() for u in ups]
-        read = await asyncio.gather(*(self._read(u.metrics_url, t) for _, u in targets))
+    async def poll(self, reads: Sequence[PageRead] | None = None) -> None:
+        """Take this tick's reads (read now unless given: the pool watcher's, from the one shared scraper)."""
+        if reads is None:
+            reads = await self.scraper.read()
+        t = reads[0].sample.t_s if reads else time.time()
+        for read in reads:
+            url = read.server.metrics_url
+            error = read.sample.error if not read.sample.ok else read.histogram_error
+            if error is not None:
+                self.errors[url] = error
+            else:
+                self.errors.pop(url, None)
         for pool in self.pools:
-            servers = [p for (owner, _), p in zip(targets, read, strict=True) if owner == pool]
+            servers = [_server_point(r) for r in reads if r.pool == pool]
             if servers and all(p is not None for p in servers):
                 self.points[pool].append(_pool_point(t, [p for p in servers if p is not None]))
             self.points[pool] = [p for p in self.points[pool] if p.t_s >= t - self.keep_s]
@@ -188,9 +187,7 @@ class ScrapeSource:
         }
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.scraper.close()
 
 
 # ---- Prometheus ------------------------------------------------------------------------------------------
@@ -263,7 +260,7 @@ class PrometheusSource:
         self.release = release
         self.step_s = step_s
 
-    async def poll(self) -> None:
+    async def poll(self, reads: Sequence[PageRead] | None = None) -> None:
         """Nothing: Prometheus scrapes on its own schedule."""
 
     async def window(self, start_s: float, end_s: float) -> dict[PoolName, PoolWindow]:

@@ -6,8 +6,7 @@ server failures. A candidate server that answered before and now refuses the con
 OOM kills vLLM's engine and then its API server; from outside both are a crash); one whose counters went
 backwards has restarted. Both are critical: the rollout rolls back at once.
 
-Parsing a vLLM metrics page takes milliseconds of pure Python (``server_metrics/scraper.py``); it runs in
-a worker thread so that the proxy's event loop keeps stamping chunk arrivals meanwhile.
+The pages are read and parsed by ``scrape.PoolScraper``, the one reader of a pool's pages.
 
 Bursts of 5xx answers and of broken streams come from the proxy's records, not from ``/metrics``:
 ``BurstDetector`` counts them in a sliding window.
@@ -15,24 +14,20 @@ Bursts of 5xx answers and of broken streams come from the proxy's records, not f
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import aiohttp
-
+from specguard.canary.evidence.gauges import pool_gauges
+from specguard.canary.evidence.scrape import PageRead, PoolScraper
 from specguard.canary.judge.decision import CriticalEvent
 from specguard.canary.proxy.upstream import Upstream
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.results.models import MetricsSample
-from specguard.server_metrics.parse import MetricsParseError, acceptance, counter_delta, parse_metrics_text
+from specguard.server_metrics.parse import counter_delta
 
 __all__ = ["BurstDetector", "PoolReadings", "PoolWatcher", "server_failures", "window_gauges"]
 
-# Gauges averaged per server over a window; counters differenced over it.
-_GAUGES = ("requests_waiting", "requests_running", "kv_cache_usage")
 # A counter that falls between two reads means the server restarted (vLLM's counters start at 0).
 _RESTART_COUNTERS = ("generation_tokens", "prompt_tokens")
 
@@ -44,40 +39,32 @@ class PoolReadings:
     by_server: dict[str, list[MetricsSample]] = field(default_factory=dict)
 
 
-async def _read(session: aiohttp.ClientSession, url: str, timeout_s: float) -> MetricsSample:
-    t = time.time()
-    try:
-        async with asyncio.timeout(timeout_s):
-            async with session.get(url) as resp:
-                text = await resp.text(errors="replace")
-                if resp.status != 200:
-                    raise MetricsParseError(f"HTTP {resp.status}")
-        return await asyncio.to_thread(parse_metrics_text, text, t, "during")
-    except (aiohttp.ClientError, OSError, TimeoutError, MetricsParseError) as exc:
-        return MetricsSample(t_s=t, phase="during", ok=False, error=f"{type(exc).__name__}: {exc}")
-
-
 class PoolWatcher:
-    """Reads every server's ``/metrics``; keeps the current window's reads and each server's last good read."""
+    """Watches every server's ``/metrics`` reads; keeps the current window's reads and each server's last good read.
 
-    def __init__(self, pools: Mapping[PoolName, Sequence[Upstream]], timeout_s: float = 5.0) -> None:
+    The reads come from a ``PoolScraper``: its own, or one shared with the scrape metrics source (``observe``).
+    """
+
+    def __init__(
+        self, pools: Mapping[PoolName, Sequence[Upstream]], timeout_s: float = 5.0, *, scraper: PoolScraper | None = None
+    ) -> None:
         self.pools = pools
-        self.timeout_s = timeout_s
+        self.scraper = scraper if scraper is not None else PoolScraper(pools, timeout_s)
         self.window: dict[PoolName, PoolReadings] = {p: PoolReadings() for p in pools}
         self.last_good: dict[str, MetricsSample] = {}
-        self._session: aiohttp.ClientSession | None = None
 
     async def read_all(self) -> list[CriticalEvent]:
         """One read of every server; the critical conditions it reveals (crashes and restarts of candidate servers)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        targets = [(pool, u) for pool, ups in self.pools.items() for u in ups]
-        samples = await asyncio.gather(*(_read(self._session, u.metrics_url, self.timeout_s) for _, u in targets))
+        return self.observe(await self.scraper.read())
+
+    def observe(self, reads: Sequence[PageRead]) -> list[CriticalEvent]:
+        """Take one tick's reads into the window; the crashes and restarts of candidate servers they reveal."""
         events: list[CriticalEvent] = []
-        for (pool, u), sample in zip(targets, samples, strict=True):
+        for read in reads:
+            u, sample = read.server, read.sample
             previous = self.last_good.get(u.base_url)
-            self.window[pool].by_server.setdefault(u.base_url, []).append(sample)
-            if pool == "candidate":
+            self.window[read.pool].by_server.setdefault(u.base_url, []).append(sample)
+            if read.pool == "candidate":
                 events.extend(server_failures(u.base_url, previous, sample))
             if sample.ok:
                 self.last_good[u.base_url] = sample
@@ -95,9 +82,7 @@ class PoolWatcher:
         return done
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.scraper.close()
 
 
 def server_failures(server: str, previous: MetricsSample | None, now: MetricsSample) -> list[CriticalEvent]:
@@ -123,34 +108,9 @@ def server_failures(server: str, previous: MetricsSample | None, now: MetricsSam
 
 
 def window_gauges(readings: Mapping[PoolName, PoolReadings]) -> tuple[dict[str, dict[str, float]], dict[str, float | None]]:
-    """Per pool: the mean per server of each gauge, the window's preemptions, and the spec-decode acceptance rate.
-
-    Acceptance is pooled over the pool's servers (accepted / draft tokens of all of them); None without
-    spec-decode counters or drafts.
-    """
-    gauges: dict[str, dict[str, float]] = {}
-    rates: dict[str, float | None] = {}
-    for pool, r in readings.items():
-        per_gauge: dict[str, list[float]] = {}
-        preemptions = 0.0
-        accepted = drafted = 0.0
-        for samples in r.by_server.values():
-            good = [s for s in samples if s.ok]
-            for s in good:
-                for g in _GAUGES:
-                    if g in s.gauges:
-                        per_gauge.setdefault(g, []).append(s.gauges[g])
-            if len(good) >= 2:
-                preemptions += counter_delta(good[0], good[-1], "preemptions") or 0.0
-                acc = acceptance(good[0], good[-1])
-                if acc is not None:
-                    accepted += acc.accepted_tokens
-                    drafted += acc.draft_tokens
-        gauges[pool] = {g: sum(v) / len(v) for g, v in per_gauge.items() if v}
-        if any(len([s for s in samples if s.ok]) >= 2 for samples in r.by_server.values()):
-            gauges[pool]["preemptions"] = preemptions
-        rates[pool] = accepted / drafted if drafted > 0 else None
-    return gauges, rates
+    """Per pool: the mean per server of each gauge, the window's preemptions, and the spec-decode acceptance rate
+    (``gauges.pool_gauges`` over each server's good reads)."""
+    return pool_gauges({pool: [[s for s in samples if s.ok] for samples in r.by_server.values()] for pool, r in readings.items()})
 
 
 class BurstDetector:

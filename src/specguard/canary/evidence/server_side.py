@@ -11,19 +11,23 @@ One segment, ``all``: vLLM's series carry no segment label (the proxy's segments
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
+from specguard.canary.evidence.base import WindowEvidence
+from specguard.canary.evidence.gauges import pool_gauges
 from specguard.canary.evidence.haproxy_stats import ServerStat, pool_responses
-from specguard.canary.evidence.metrics_source import POOL_GAUGES, POOL_HISTOGRAMS, PoolMetricsSource, PoolWindow
+from specguard.canary.evidence.metrics_source import POOL_HISTOGRAMS, PoolMetricsSource, PoolWindow
+from specguard.canary.evidence.pool_watch import PoolWatcher
+from specguard.canary.judge.decision import CriticalEvent
 from specguard.canary.judge.histogram_judge import SegmentHistograms, judge_histogram_window
-from specguard.canary.judge.window import AnalysisPolicy, WindowAnalysis
+from specguard.canary.judge.window import AnalysisPolicy
 from specguard.canary.spec.engine import HAProxyEngine
 from specguard.canary.spec.rollout import MetricBudget
 from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state.records import ProxiedRequest
 from specguard.server_metrics.histograms import Histogram
 
-__all__ = ["CountsReader", "ServerSideWindow", "ServerSideWindows", "response_deltas", "window_pool_gauges"]
+__all__ = ["CountsReader", "ServerSideEvidence", "response_deltas"]
 
 StatsReader = Callable[[], Awaitable[dict[str, ServerStat]]]
 # The engine's cumulative (5xx, all) responses per pool at a unix time (Prometheus, ``metrics.engine_responses``).
@@ -35,26 +39,6 @@ def _series(window: PoolWindow | None) -> dict[str, list[list[Histogram]]]:
     if window is None:
         return {}
     return {h: [[p.histograms[h] for p in window.points if h in p.histograms]] for h in POOL_HISTOGRAMS}
-
-
-def window_pool_gauges(windows: Mapping[PoolName, PoolWindow]) -> tuple[dict[str, dict[str, float]], dict[str, float | None]]:
-    """Per pool: each gauge's mean over the window's points, its preemptions, and its spec-decode acceptance rate
-    (the same figures ``pool_watch.window_gauges`` gives from direct reads)."""
-    gauges: dict[str, dict[str, float]] = {}
-    rates: dict[str, float | None] = {}
-    for pool, w in windows.items():
-        per: dict[str, float] = {}
-        for g in POOL_GAUGES:
-            values = [p.gauges[g] for p in w.points if g in p.gauges]
-            if values:
-                per[g] = sum(values) / len(values)
-        preempted = w.counter_delta("preemptions")
-        if preempted is not None:
-            per["preemptions"] = preempted
-        gauges[pool] = per
-        drafted, accepted = w.counter_delta("spec_draft_tokens"), w.counter_delta("spec_accepted_tokens")
-        rates[pool] = accepted / drafted if drafted and accepted is not None else None
-    return gauges, rates
 
 
 def response_deltas(
@@ -69,32 +53,26 @@ def response_deltas(
     return out
 
 
-@dataclass
-class ServerSideWindow:
-    analysis: WindowAnalysis
-    gauges: dict[str, dict[str, float]]
-    acceptance: dict[str, float | None]
-    responses: dict[str, tuple[int, int]] | None
-    # The candidate's requests in the window, for the step's minimum: HAProxy's response count, else the
-    # requests the candidate's servers finished (the E2E histogram's count).
-    candidate_requests: int = 0
-    points: dict[str, int] = field(default_factory=dict)  # per pool: how many metric points the window held
+class ServerSideEvidence:
+    """``EvidenceSource`` behind an engine: each window's evidence from the metrics source and the engine, judged.
 
-
-class ServerSideWindows:
-    """Reads each window's evidence from the metrics source and the engine, and judges it."""
+    ``watcher`` reads the pools' pages at every tick (crashes and restarts); its reads are handed to the metrics
+    source, so that with ``metrics: scrape`` one scraper (built with histograms) reads each page once.
+    """
 
     def __init__(
         self,
         source: PoolMetricsSource,
         policy: AnalysisPolicy,
         gauge_budgets: list[MetricBudget],
+        watcher: PoolWatcher,
         *,
         haproxy: HAProxyEngine | None = None,
         stats: StatsReader | None = None,
         counts: CountsReader | None = None,
     ) -> None:
         self.source = source
+        self.watcher = watcher
         self.policy = policy
         self.gauge_budgets = gauge_budgets
         self.haproxy = haproxy
@@ -103,8 +81,11 @@ class ServerSideWindows:
         self._stats_at_start: dict[str, ServerStat] | None = None
         self._counts_at_start: dict[PoolName, tuple[float, float]] | None = None
 
-    async def poll(self) -> None:
-        await self.source.poll()
+    async def read(self) -> list[CriticalEvent]:
+        reads = await self.watcher.scraper.read()
+        events = self.watcher.observe(reads)
+        await self.source.poll(reads)
+        return events
 
     async def begin(self, at: float) -> None:
         """Mark a window's start: the engine's response counters now."""
@@ -113,7 +94,10 @@ class ServerSideWindows:
         elif self.counts is not None:
             self._counts_at_start = await self.counts(at)
 
-    async def judge(self, start: float, end: float, look: int, *, has_control: bool) -> ServerSideWindow:
+    async def judge(
+        self, records: Sequence[ProxiedRequest], start: float, end: float, look: int, *, has_control: bool, percent: float
+    ) -> WindowEvidence:
+        self.watcher.take_window()  # the watcher's reads served the crash checks; the gauges are the source's
         windows = await self.source.window(start, end)
         responses: dict[str, tuple[int, int]] | None = None
         if self.stats is not None and self.haproxy is not None and self._stats_at_start is not None:
@@ -132,7 +116,7 @@ class ServerSideWindows:
             candidate=_series(windows.get("candidate")),
             control=_series(windows.get("control")) if has_control else None,
         )
-        gauges, acceptance = window_pool_gauges(windows)
+        gauges, acceptance = pool_gauges({pool: [w.points] for pool, w in windows.items()})
         errors = {pool: (float(e), float(n)) for pool, (e, n) in responses.items()} if responses is not None else None
         analysis = judge_histogram_window(
             self.policy,
@@ -149,14 +133,14 @@ class ServerSideWindows:
             cand = windows.get("candidate")
             e2e = cand.histogram_delta("e2e") if cand is not None else None
             candidate_requests = int(e2e.count) if e2e is not None else 0
-        return ServerSideWindow(
+        return WindowEvidence(
             analysis=analysis,
             gauges=gauges,
             acceptance=acceptance,
-            responses=responses,
+            counts={pool: n for pool, (_, n) in (responses or {}).items()},
             candidate_requests=candidate_requests,
-            points={pool: len(w.points) for pool, w in windows.items()},
         )
 
     async def close(self) -> None:
         await self.source.close()
+        await self.watcher.close()
