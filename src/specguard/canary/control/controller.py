@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specguard.canary.control.hooks import HookResult, run_hooks
+from specguard.canary.control.hooks import HookResult, HookRunner, run_hooks
 from specguard.canary.control.status import read_status
 from specguard.canary.evidence.base import EvidenceSource
 from specguard.canary.evidence.pool_watch import BurstDetector
@@ -73,6 +73,7 @@ class CanaryController:
         clock: Callable[[], float] = time.time,
         drain_s: float = 300.0,
         annotations: GrafanaAnnotations | None = None,
+        hook_runner: HookRunner = run_hooks,
     ) -> None:
         self.rollout = rollout
         self.store = store
@@ -83,6 +84,7 @@ class CanaryController:
         self.log = log
         self.clock = clock
         self.drain_s = drain_s
+        self.hook_runner = hook_runner
         self.rule = rollout_rule(rollout)
         self.has_control = rollout.pools.control is not None
         self._window: list[ProxiedRequest] = []
@@ -420,7 +422,7 @@ class CanaryController:
         # Hooks get the controller's environment without the admin and Grafana tokens: a hook has no business with them.
         secret = {self.rollout.admin.token_env, self.rollout.grafana.token_env if self.rollout.grafana else None}
         env = {k: v for k, v in os.environ.items() if k not in secret}
-        results = await run_hooks(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
+        results = await self.hook_runner(commands, timeout_s=h.timeout_s, retries=h.retries, env=env)
         for r in results:
             failed = not r.ok
             timed_out = " (timed out)" if r.timed_out else ""

@@ -29,11 +29,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Protocol
 
 from specguard.lifetime import die_with_parent
 
-__all__ = ["KILL_GRACE_S", "OUTPUT_TAIL_BYTES", "HookResult", "run_hook", "run_hooks"]
+__all__ = ["KILL_GRACE_S", "OUTPUT_TAIL_BYTES", "HookResult", "HookRunner", "run_hook", "run_hooks"]
 
 OUTPUT_TAIL_BYTES = 4096  # per stream: the end of the output is where a failing command says why
 KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL on timeout: time for a command to undo a half-done step
@@ -59,6 +59,14 @@ class HookResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+
+class HookRunner(Protocol):
+    """What runs a phase's hook commands (``run_hooks``; a unit test of the controller gives a fake)."""
+
+    async def __call__(
+        self, commands: Sequence[Sequence[str]], *, timeout_s: float, retries: int, env: Mapping[str, str] | None = None
+    ) -> list[HookResult]: ...
 
 
 def _tail(file: IO[bytes], limit: int = OUTPUT_TAIL_BYTES) -> str:
