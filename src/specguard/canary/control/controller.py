@@ -22,7 +22,7 @@ roll back, because a pause is asked for while something is being looked at, not 
 
 Every decision that moves the rollout (start, advance, promote, rollback, pause, resume; and each hold) is
 committed in one place, ``_decided``; with ``grafana:`` in the rollout, that is also where its Grafana
-annotation is queued (``observability/annotations.py``), after the commit and never awaited: a Grafana that
+annotation is queued (``notify/grafana.py``), after the commit and never awaited: a Grafana that
 is slow or down cannot hold a rollback back.
 """
 

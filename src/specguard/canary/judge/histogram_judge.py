@@ -235,7 +235,7 @@ def judge_histogram_window(
     seed: int = 0,
 ) -> WindowAnalysis:
     """One window's verdict from server-side histograms: FAIL when any metric fails, else INCONCLUSIVE when any
-    lacks data, else PASS (as ``analysis.analyse_window``).
+    lacks data, else PASS (as ``window.analyse_window``).
 
     ``errors``: per pool ("baseline", "candidate", "control"), (5xx responses, all responses) in the window,
     from the engine's counters; None: the error rate is not judged (a warning says so). ``gauges``: as

@@ -3,7 +3,7 @@
 ``POST /v1/completions`` and ``/v1/chat/completions`` are split (``split.choose_pool`` on the sticky key's
 hash, or on a seeded random number per request), balanced inside the pool, measured with bench's
 definitions (times from the upstream send, reads stamped in the upstream connection's ``data_received``:
-``upstream_http``, the proxy's own HTTP/1.1 client, and ``proxy_relay``, which writes each read to the
+``upstream_http``, the proxy's own HTTP/1.1 client, and ``relay``, which writes each read to the
 client from there) and recorded once
 per upstream attempt through ``on_record``. Everything else (``GET /v1/models`` included) passes through to
 the baseline pool, unrecorded. Bodies stream read by read, never buffered; the only change the proxy

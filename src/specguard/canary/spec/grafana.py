@@ -3,12 +3,12 @@
 An operator looking at a latency spike on the canary's dashboard wants to see, on the same graph, that the
 weight went to 5 % a minute before, and which pools were pinned then. With ``grafana:`` set, the controller
 posts each decision (start, advance, promote, rollback, pause, resume) to Grafana's annotations HTTP API
-(``annotations.py``). Only the NAME of the environment variable holding the service-account token is
+(``notify.grafana``). Only the NAME of the environment variable holding the service-account token is
 written here, as ``admin.token_env`` and ``--api-key-env`` do elsewhere: a token in a rollout file would end
 up in the state file's copy of the rollout, in version control and in ``ps``.
 
 This module imports nothing of ``rollout.py`` (which imports it); the dashboard's default uid depends on the
-rollout's name, so it is resolved where both are known (``annotations.grafana_annotations``).
+rollout's name, so it is resolved where both are known (``control.run`` and ``notify.grafana.dashboard_record``).
 """
 
 from __future__ import annotations
