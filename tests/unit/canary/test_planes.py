@@ -3,9 +3,19 @@ that is not in this table fails here, and the judge stays pure (no I/O module is
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import pytest
 
-from tests.unit.test_layering import PACKAGE, imported_modules
+from tests.unit.test_layering import PACKAGE
+from tests.unit.test_layering import imported_modules as _imported_modules
+
+
+@functools.cache
+def imported_modules(path: Path) -> set[str]:
+    return _imported_modules(path)  # each file parsed once for all the tests here
+
 
 CANARY = PACKAGE / "canary"
 # plane -> the other planes (or single modules) of the canary it may import; control may import every plane.
