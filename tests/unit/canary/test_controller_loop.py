@@ -73,6 +73,9 @@ class FakeRouter:
     def count_decision(self, kind: str) -> None:
         self.decisions.append(kind)
 
+    def describe(self) -> str:
+        return "a fake router"
+
     async def close(self) -> None:
         pass
 

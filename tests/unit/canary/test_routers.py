@@ -47,6 +47,8 @@ def test_each_engine_builds_its_router_and_only_the_proxy_engine_takes_a_proxy(t
     assert [type(r) for r in routers] == [ProxyRouter, HAProxyRouter, GatewayApiRouter]
     assert all(isinstance(r, TrafficRouter) for r in routers)
     assert [r.immediate for r in routers] == [True, False, False], "only the proxy's shares change at once"
+    assert [r.describe().split(" (")[0] for r in routers] == ["engine proxy", "engine haproxy", "engine gateway-api"]
+    assert "llama-canary" in routers[2].describe() and haproxy_rollout.engine.backend in routers[1].describe()  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="needs the proxy"):
         build_router(proxy_rollout)
     with pytest.raises(ValueError, match="carries the requests itself"):

@@ -241,7 +241,7 @@ async def _run_with_engine(
     controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
     admin_runner = await _site(admin_app(controller, token, CollectorRegistry(), log), rollout.admin.listen, "admin API", 5.0)
     log(
-        f"canary {rollout.name}: engine {rollout.engine.type}, metrics from {source.kind}, "
+        f"canary {rollout.name}: {router.describe()}, metrics from {source.kind}, "
         f"admin API on {rollout.admin.listen}, state {rollout.state.path}"
     )
     try:

@@ -12,8 +12,9 @@ same idea); what differs is kept behind this protocol:
 
 ``candidate`` and ``control`` are fractions of new requests (a step's percent / 100), the baseline taking the
 rest; ``step`` is the controller's step index (0-based), recorded with the weights so that an operator can tell
-which step a configuration belongs to. A rollback is ``set_weights(0.0, 0.0, step)``. ``close`` releases
-whatever the router holds; it does not reset the weights.
+which step a configuration belongs to. A rollback is ``set_weights(0.0, 0.0, step)``. An engine's ``set_weights``
+reads the weights back where the engine can say (HAProxy: ``show servers state``) and fails if they did not
+take. ``close`` releases whatever the router holds; it does not reset the weights.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class TrafficRouter(Protocol):
     async def set_weights(self, candidate: float, control: float, step: int) -> None: ...
     async def in_flight(self) -> dict[PoolName, int] | None: ...
     def count_decision(self, kind: str) -> None: ...
+    def describe(self) -> str:
+        """What carries the traffic, in words for the log: the engine and where it is reached."""
+        ...
+
     async def close(self) -> None: ...
 
 

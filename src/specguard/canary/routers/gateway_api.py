@@ -209,6 +209,10 @@ class GatewayApiRouter(EngineRouter):
             if self.kubectl is not None:
                 await kubectl_apply(files.step, self.kubectl, self.engine.kubectl_timeout_s, self._env)
 
+    def describe(self) -> str:
+        how = "applied with kubectl" if self.kubectl is not None else f"written to {self.out_dir}"
+        return f"engine gateway-api (HTTPRoute {self.engine.namespace}/{self.engine.route}, {how})"
+
     async def close(self) -> None:
         # Nothing is held between calls; waiting for the lock lets a kubectl apply in progress finish.
         async with self._lock:

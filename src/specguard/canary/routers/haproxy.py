@@ -282,6 +282,9 @@ class HAProxyRouter(EngineRouter):
             drained = tuple(s for s in speculative if after[s].draining)
             self.applied.append(AppliedWeights(step, candidate, control, weights, shares, drained))
 
+    def describe(self) -> str:
+        return f"engine haproxy (backend {self.engine.backend}, runtime API {self.engine.socket})"
+
     async def server_stats(self) -> dict[str, ServerStat]:
         """HAProxy's counters for the backend's servers (sessions now, responses by class)."""
         return await self.runtime.show_stat(self.engine.backend)

@@ -41,5 +41,8 @@ class ProxyRouter:
     def count_decision(self, kind: str) -> None:
         self.proxy.count_decision(kind)
 
+    def describe(self) -> str:
+        return "engine proxy (specguard's own)"
+
     async def close(self) -> None:
         pass
