@@ -14,7 +14,7 @@ pool and one as the speculative (candidate) pool. Four paths:
                    canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
                    haproxy``, but without its ``option http-no-delay`` (as it was generated before this bench
                    found the bursts): one backend, the two servers as its members, round robin, HAProxy's own
-                   thread count; the weights set to 50/50 through ``HAProxyDriver`` by a controller process (this
+                   thread count; the weights set to 50/50 through ``HAProxyRouter`` by a controller process (this
                    file, ``--serve-controller``: the HAProxy engine's part of ``canary run``, with the same admin
                    endpoint);
   haproxy-nodelay  the generated configuration as it is, ``option http-no-delay`` in its defaults, and the same
@@ -40,7 +40,7 @@ The target: specguard's added p99 no more than 2x HAProxy's (haproxy-nodelay), f
 Rollback latency, per engine (the built-in proxy and HAProxy as generated), after the passes: under ROLLBACK_WAVES x
 256 requests at 256 streams, at a moment drawn uniformly from ROLLBACK_WINDOW_S after the load starts dispatching,
 the bench posts a rollback to the engine's admin endpoint. t0 is ``time.monotonic()`` in the engine's process just
-before ``set_weights(0, 0, step)`` is called (the proxy's, synchronous; ``HAProxyDriver``'s, which reads the state,
+before ``set_weights(0, 0, step)`` is called (the proxy's, synchronous; ``HAProxyRouter``'s, which reads the state,
 sets the weights and reads them back): the decision as ``canary run`` makes it, in the process that makes it; the
 HTTP hop from the bench to the endpoint comes before t0 and is not counted. The call's duration is t1 - t0, stamped
 there too. "The last new request reaching the speculative pool" is the largest ``start - t0`` over the requests
@@ -87,15 +87,15 @@ from aiohttp import web
 
 from specguard import __version__
 from specguard.analysis.request_metrics import inter_chunk_gaps, per_token_itl
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import HAProxyDriver, parse_servers_state
-from specguard.canary.engines.haproxy_config import render_haproxy_config
-from specguard.canary.proxy import CanaryProxy, tune_gc
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import Rollout, Split
-from specguard.canary.split import PoolName
-from specguard.canary.upstream import Upstream
-from specguard.canary.usage_strip import UsageStripper, request_with_usage
+from specguard.canary.ops.haproxy_config import render_haproxy_config
+from specguard.canary.proxy.server import CanaryProxy, tune_gc
+from specguard.canary.proxy.upstream import Upstream
+from specguard.canary.proxy.usage_strip import UsageStripper, request_with_usage
+from specguard.canary.routers.haproxy import HAProxyRouter, parse_servers_state
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import Rollout, Split
+from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state.records import ProxiedRequest
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
@@ -115,7 +115,7 @@ REFERENCE = "haproxy-nodelay"
 ENGINES = ("specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
 TARGET_RATIO = 2.0
-# As canary/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
+# As canary/control/run.py listens. aiohttp's default of 128 was overflowed by 256 clients connecting at once when the
 # loop is busy (TcpExtListenOverflows grew) and the dropped SYNs were retried after 1 s: 1-3 s TTFT p99 in some
 # passes. HAProxy's backlog defaults to its maxconn (4096 here).
 PROXY_BACKLOG = 1024
@@ -216,7 +216,7 @@ class HAProxyProcess(ManagedServer):
 
 
 class ControllerProcess(ManagedServer):
-    """The HAProxy engine's side of ``specguard canary run``: an ``HAProxyDriver`` in a process of its own (this
+    """The HAProxy engine's side of ``specguard canary run``: an ``HAProxyRouter`` in a process of its own (this
     file, ``--serve-controller``), not in the client's busy loop; ``POST /weights`` calls its ``set_weights``."""
 
     def __init__(self, engine: HAProxyEngine, log_dir: Path) -> None:
@@ -272,8 +272,8 @@ def admin_app(set_weights: Callable[[float, int], Awaitable[None]]) -> web.Appli
 
 
 def serve_controller(port: int, engine_json: str) -> None:
-    """The controller process: an HAProxyDriver behind the admin endpoint, until SIGTERM."""
-    driver = HAProxyDriver(HAProxyEngine.model_validate_json(engine_json))
+    """The controller process: an HAProxyRouter behind the admin endpoint, until SIGTERM."""
+    driver = HAProxyRouter(HAProxyEngine.model_validate_json(engine_json))
 
     async def set_weights(candidate: float, step: int) -> None:
         await driver.set_weights(candidate, 0.0, step)
@@ -544,7 +544,7 @@ def main() -> None:
             tuned_rollout = haproxy_rollout(tmp / "nodelay" / "admin.sock", baseline.base_url, speculative.base_url)
             tuned = HAProxyProcess(tuned_rollout, tmp / "nodelay", no_delay=True)
             assert isinstance(rollout.engine, HAProxyEngine) and isinstance(tuned_rollout.engine, HAProxyEngine)
-            tuned_driver = HAProxyDriver(tuned_rollout.engine)
+            tuned_driver = HAProxyRouter(tuned_rollout.engine)
             controller = ControllerProcess(rollout.engine, tmp / "controller")
             with proxy, haproxy, tuned, controller:
                 assert proxy.proc is not None and haproxy.proc is not None and tuned.proc is not None

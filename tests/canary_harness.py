@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import yaml
 
-from specguard.canary.records import CanaryEvent
-from specguard.canary.rollout import Rollout, load_rollout
-from specguard.canary.run import CanaryOutcome, run_canary
-from specguard.canary.store import CanaryStore
+from specguard.canary.control.run import CanaryOutcome, run_canary
+from specguard.canary.spec.rollout import Rollout, load_rollout
+from specguard.canary.state.records import CanaryEvent
+from specguard.canary.state.store import CanaryStore
 from specguard.vllm.process import free_port
 
 TOKEN = "test-admin-token-3f9a"  # noqa: S105  a test's own token, set in the environment by the tests

@@ -12,10 +12,10 @@ import shutil
 import socket
 from pathlib import Path
 
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import ServerState, parse_servers_state
-from specguard.canary.engines.haproxy_config import render_haproxy_config
-from specguard.canary.rollout import Rollout
+from specguard.canary.ops.haproxy_config import render_haproxy_config
+from specguard.canary.routers.haproxy import ServerState, parse_servers_state
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import Rollout
 from specguard.vllm.process import ManagedServer
 from specguard.vllm.server_spec import ServerSpec
 

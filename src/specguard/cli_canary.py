@@ -48,8 +48,8 @@ def run(
     log_dir: Annotated[Path | None, typer.Option(help="Launched pools' server logs (default: beside the state file).")] = None,
 ) -> None:
     """Serve the proxy and the admin API, and run the rollout: windows, analysis, steps, rollback, promotion."""
-    from specguard.canary.rollout import load_rollout
-    from specguard.canary.run import run_canary
+    from specguard.canary.control.run import run_canary
+    from specguard.canary.spec.rollout import load_rollout
     from specguard.loadgen.runner import run_async
 
     input_path(rollout_file, "ROLLOUT")
@@ -71,8 +71,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
 ) -> None:
     """The rollout's weight, step, state and decisions, from the state file (no running controller needed)."""
-    from specguard.canary.status import read_status
-    from specguard.canary.store import CanaryStore
+    from specguard.canary.control.status import read_status
+    from specguard.canary.state.store import CanaryStore
 
     with CanaryStore.open_existing(state) as store:
         doc = read_status(store)
@@ -93,7 +93,7 @@ def events(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line (the JSONL log's lines).")] = False,
 ) -> None:
     """The append-only event log: windows, decisions, critical conditions, manual actions, hooks."""
-    from specguard.canary.store import CanaryStore
+    from specguard.canary.state.store import CanaryStore
 
     with CanaryStore.open_existing(state) as store:
         log = store.events(since_seq=since)
@@ -107,8 +107,8 @@ def events(
 
 
 def _admin_call(rollout_file: Path, action: str) -> None:
-    from specguard.canary.admin import read_token
-    from specguard.canary.rollout import load_rollout, split_listen
+    from specguard.canary.control.admin import read_token
+    from specguard.canary.spec.rollout import load_rollout, split_listen
 
     input_path(rollout_file, "ROLLOUT")
     rollout = load_rollout(rollout_file)
@@ -175,9 +175,9 @@ def units(
     exclusive: Annotated[bool, typer.Option(help="Conflicts= between baseline and speculative (one GPU, no canary).")] = False,
 ) -> None:
     """Write systemd units for the pools (from their launch specs) and the controller, and the rollback runbook."""
-    from specguard.canary.rollout import load_rollout
-    from specguard.canary.unit_specs import UnitOptions
-    from specguard.canary.units import write_units
+    from specguard.canary.ops.unit_specs import UnitOptions
+    from specguard.canary.ops.units import write_units
+    from specguard.canary.spec.rollout import load_rollout
     from specguard.validation import version_option
 
     input_path(rollout_file, "ROLLOUT")
@@ -224,7 +224,7 @@ def observability(
 ) -> None:
     """Write Prometheus recording and alerting rules and a Grafana dashboard for the rollout's pools."""
     from specguard.canary.observability import dashboard_pin_for, write_observability
-    from specguard.canary.rollout import load_rollout
+    from specguard.canary.spec.rollout import load_rollout
     from specguard.validation import version_option
     from specguard.vllm.knowledge import LATEST_KNOWN, parse_version, version_text
 
@@ -252,8 +252,8 @@ def haproxy_config(
     ] = 1800.0,
 ) -> None:
     """Write the HAProxy configuration for a rollout with 'engine: haproxy': backend, stats socket, health checks."""
-    from specguard.canary.engines.haproxy_config import write_haproxy_config
-    from specguard.canary.rollout import load_rollout
+    from specguard.canary.ops.haproxy_config import write_haproxy_config
+    from specguard.canary.spec.rollout import load_rollout
 
     input_path(rollout_file, "ROLLOUT")
     rollout = load_rollout(rollout_file)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specguard.canary.store import CanaryStore
+from specguard.canary.state.store import CanaryStore
 from tests.canary_harness import TOKEN, TOKEN_ENV, drive, user_keys, write_rollout
 from tests.helpers import sigint_default
 

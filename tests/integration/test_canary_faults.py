@@ -17,8 +17,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from specguard.canary.analysis import analyse_window
-from specguard.canary.policy import analysis_policy, samples_by_segment
+from specguard.canary.judge.policy import analysis_policy, samples_by_segment
+from specguard.canary.judge.window import analyse_window
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, wait_until, write_rollout
 
 # 8 chunks of 20 ms after a 40 ms TTFT: a request takes ~0.2 s; with 12% log-normal noise on every gap

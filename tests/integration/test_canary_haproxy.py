@@ -19,11 +19,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.engines import TrafficDriver
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.engines.haproxy_stats import pool_responses
-from specguard.canary.rollout import Rollout
+from specguard.canary.evidence.haproxy_stats import pool_responses
+from specguard.canary.routers.base import TrafficRouter
+from specguard.canary.routers.haproxy import HAProxyRouter
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import Rollout
 from specguard.errors import RuntimeFailure
 from specguard.scripted.process import ScriptedProcess
 from tests.haproxy_harness import HAProxyProcess, engine_of
@@ -117,8 +117,8 @@ def test_weights_set_by_the_driver_are_read_back_and_seen_in_the_split(scripted:
     try:
 
         async def main() -> None:
-            driver = HAProxyDriver(engine_of(rollout))
-            assert isinstance(driver, TrafficDriver)
+            driver = HAProxyRouter(engine_of(rollout))
+            assert isinstance(driver, TrafficRouter)
             for step, (candidate, control) in enumerate([(0.25, 0.10), (0.05, 0.05)]):
                 await driver.set_weights(candidate, control, step)
                 states = await driver.read_back()
@@ -150,7 +150,7 @@ def test_a_rollback_drains_the_candidate_and_its_stream_in_flight_finishes(
     try:
 
         async def main() -> None:
-            driver = HAProxyDriver(engine_of(rollout))
+            driver = HAProxyRouter(engine_of(rollout))
             await driver.set_weights(1.0, 0.0, 0)
             async with aiohttp.ClientSession() as session:
                 rid = uuid.uuid4().hex
@@ -231,7 +231,7 @@ def test_the_pools_5xx_and_responses_are_haproxy_s_own_counts(scripted: Any, soc
             return out
 
         async def main() -> None:
-            driver = HAProxyDriver(engine)
+            driver = HAProxyRouter(engine)
             for candidate, n in ((1.0, 20), (0.0, 10)):
                 await driver.set_weights(candidate, 0.0, 0)
                 before = await driver.server_stats()
@@ -258,7 +258,7 @@ def test_a_sticky_header_keeps_a_client_on_its_server_and_keys_only_move_to_the_
     users = [f"user-{i}" for i in range(40)]
     try:
 
-        async def placement(candidate: float, step: int, driver: HAProxyDriver) -> dict[str, str]:
+        async def placement(candidate: float, step: int, driver: HAProxyRouter) -> dict[str, str]:
             await driver.set_weights(candidate, 0.0, step)
             ids = await many(haproxy.base_url, 3 * len(users), headers=lambda i: {"x-user-id": users[i % len(users)]})
             where = served_by(servers, ids)
@@ -269,7 +269,7 @@ def test_a_sticky_header_keeps_a_client_on_its_server_and_keys_only_move_to_the_
             return {u: pools.pop() for u, pools in per_user.items()}
 
         async def main() -> None:
-            driver = HAProxyDriver(engine_of(rollout))
+            driver = HAProxyRouter(engine_of(rollout))
             at_25 = await placement(0.25, 0, driver)
             at_50 = await placement(0.50, 1, driver)
             moved_back = [u for u in users if at_25[u] == "candidate" and at_50[u] != "candidate"]
@@ -291,7 +291,7 @@ def test_haproxy_errors_name_the_socket_and_haproxy_s_answer(scripted: Any, sock
 
         async def refused(changed: HAProxyEngine) -> str:
             with pytest.raises(RuntimeFailure) as err:
-                await HAProxyDriver(changed, timeout_s=5.0).set_weights(0.1, 0.0, 0)
+                await HAProxyRouter(changed, timeout_s=5.0).set_weights(0.1, 0.0, 0)
             return str(err.value)
 
         async def main() -> None:
@@ -302,7 +302,7 @@ def test_haproxy_errors_name_the_socket_and_haproxy_s_answer(scripted: Any, sock
             no_socket = await refused(engine.model_copy(update={"socket": str(socket_dir / "absent.sock")}))
             assert "absent.sock" in no_socket and "cannot send" in no_socket
             # Nothing was changed by the refused calls: the configuration's weights are still there.
-            states = await HAProxyDriver(engine).read_back()
+            states = await HAProxyRouter(engine).read_back()
             assert (states["baseline-1"].weight, states["speculative-1"].weight) == (200, 0)
 
         asyncio.run(main())
@@ -317,7 +317,7 @@ def test_a_rollback_issued_during_a_step_is_applied_after_it(scripted: Any, sock
     try:
 
         async def main() -> None:
-            driver = HAProxyDriver(engine_of(rollout))
+            driver = HAProxyRouter(engine_of(rollout))
             # The step's commands and the rollback's would interleave on the socket without the driver's lock.
             await asyncio.gather(driver.set_weights(0.5, 0.0, 3), driver.set_weights(0.0, 0.0, 3))
             assert [(a.candidate, a.step) for a in driver.applied] == [(0.5, 3), (0.0, 3)]

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
+from specguard.canary.judge.histogram_judge import HISTOGRAM_DEFINITIONS
 from specguard.canary.report import read_canary_report_data
-from specguard.canary.rollout import load_rollout
+from specguard.canary.routers.haproxy import HAProxyRouter
+from specguard.canary.spec.rollout import load_rollout
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, wait_until
@@ -95,7 +95,7 @@ async def test_a_slower_candidate_behind_haproxy_is_rolled_back_on_its_servers_h
             load = asyncio.ensure_future(drive(haproxy.base_url, requests=4000, concurrency=12, stop=stop))
             await wait_until(run, lambda: decisions(run, "rollback"), 60)
             # after the rollback, HAProxy sends nothing new to the speculative server
-            states = await HAProxyDriver(engine_of(rollout)).read_back()
+            states = await HAProxyRouter(engine_of(rollout)).read_back()
             stop.set()
             tally = await load
             outcome = await run.stopped()
@@ -137,7 +137,7 @@ async def test_an_equal_candidate_behind_haproxy_is_promoted_and_haproxy_carries
     rollout = load_rollout(path)
     haproxy = HAProxyProcess(rollout, tmp_path / "haproxy")
     haproxy.__enter__()
-    driver = HAProxyDriver(engine_of(rollout))
+    driver = HAProxyRouter(engine_of(rollout))
     try:
         async with running(CanaryRun(path, tmp_path / "logs", exit_when_finished=True)) as run:
             first = await driver.read_back()

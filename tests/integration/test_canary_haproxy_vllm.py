@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.engines.haproxy import HAProxyDriver
-from specguard.canary.rollout import Rollout
+from specguard.canary.routers.haproxy import HAProxyRouter
+from specguard.canary.spec.rollout import Rollout
 from specguard.embedded.servers import SERVED_NAME
 from specguard.server_metrics.parse import parse_metrics_text
 from specguard.vllm.process import ManagedServer
@@ -89,10 +89,10 @@ def test_haproxy_split_and_rollback_in_front_of_vllm(vllm_servers: dict[str, Any
         )
         haproxy = HAProxyProcess(rollout, tmp_path / "haproxy")
         with haproxy:
-            asyncio.run(split_then_rollback(HAProxyDriver(engine_of(rollout)), haproxy.base_url, servers))
+            asyncio.run(split_then_rollback(HAProxyRouter(engine_of(rollout)), haproxy.base_url, servers))
 
 
-async def split_then_rollback(driver: HAProxyDriver, url: str, servers: dict[str, ManagedServer]) -> None:
+async def split_then_rollback(driver: HAProxyRouter, url: str, servers: dict[str, ManagedServer]) -> None:
     # The split: weights set and read back, then counted at the servers.
     await driver.set_weights(0.25, 0.0, 0)
     states = await driver.read_back()

@@ -22,10 +22,10 @@ from aiohttp import web
 
 from specguard.analysis.client_stalls import itl_outside_stalls, stalled_chunks
 from specguard.analysis.request_metrics import per_token_itl
-from specguard.canary.proxy import CanaryProxy
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import Split
-from specguard.canary.upstream import Upstream
+from specguard.canary.proxy.server import CanaryProxy
+from specguard.canary.proxy.upstream import Upstream
+from specguard.canary.spec.rollout import Split
+from specguard.canary.state.records import ProxiedRequest
 from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_bench
@@ -262,7 +262,7 @@ def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, m
     import time
     import urllib.request
 
-    from specguard.canary.store import CanaryStore
+    from specguard.canary.state.store import CanaryStore
     from tests.helpers import sigint_default
 
     root = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from typing import Any
 
 import aiohttp
 
-from specguard.canary.metrics_config import EngineResponses
-from specguard.canary.metrics_source import engine_response_counts
-from specguard.canary.server_side import response_deltas
+from specguard.canary.evidence.metrics_source import engine_response_counts
+from specguard.canary.evidence.server_side import response_deltas
+from specguard.canary.spec.metrics import EngineResponses
 from specguard.server_metrics.prometheus_api import PrometheusApi
 from tests.prometheus_harness import SCRAPE_INTERVAL_S, PrometheusProcess, pool_jobs
 

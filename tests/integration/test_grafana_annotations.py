@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.observability.annotations import DASHBOARD_INVENTORY, annotation_kind
+from specguard.canary.notify.grafana import DASHBOARD_INVENTORY, annotation_kind
 from specguard.canary.observability.dashboard import dashboard_uid
-from specguard.canary.records import CanaryEvent
+from specguard.canary.state.records import CanaryEvent
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, write_rollout
 from tests.grafana_fake import FakeGrafana

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specguard.canary.metrics_source import ScrapeSource
+from specguard.canary.evidence.metrics_source import ScrapeSource
 from specguard.canary.observability import observability_files
 from specguard.canary.observability.conventions import POOL_LABEL, PROXY_JOB
 from specguard.canary.observability.dashboard import dashboard_queries
@@ -32,7 +32,7 @@ from specguard.canary.observability.recording import (
     plan_recording,
 )
 from specguard.canary.observability.write import ALERTING_FILE, RECORDING_FILE
-from specguard.canary.upstream import Upstream
+from specguard.canary.proxy.upstream import Upstream
 from specguard.server_metrics.prometheus_api import PrometheusApi
 from specguard.vllm.knowledge import parse_version
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, running, write_rollout

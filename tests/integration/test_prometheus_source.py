@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from specguard.canary.metrics_source import POOL_HISTOGRAMS, PoolWindow, PrometheusSource, ScrapeSource
+from specguard.canary.evidence.metrics_source import POOL_HISTOGRAMS, PoolWindow, PrometheusSource, ScrapeSource
 from specguard.canary.observability.conventions import POOL_LABEL
-from specguard.canary.upstream import Upstream
+from specguard.canary.proxy.upstream import Upstream
 from specguard.server_metrics import names
 from specguard.server_metrics.histograms import Histogram, histogram_quantile
 from specguard.server_metrics.prometheus_api import PrometheusApi, PromQLError

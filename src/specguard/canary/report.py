@@ -22,11 +22,11 @@ from typing import Any
 from specguard.analysis.definitions import METRIC_DEFINITIONS
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import per_token_itl, tpot
-from specguard.canary.analysis import MetricResult, WindowAnalysis
-from specguard.canary.decision import CanaryReason, Decision
-from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
-from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
-from specguard.canary.rollout import Rollout
+from specguard.canary.judge.decision import CanaryReason, Decision
+from specguard.canary.judge.histogram_judge import HISTOGRAM_DEFINITIONS
+from specguard.canary.judge.window import MetricResult, WindowAnalysis
+from specguard.canary.spec.rollout import Rollout
+from specguard.canary.state.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.errors import OutputExistsError, OutputWriteError
 from specguard.report.canary_data import (
     CanaryReportData,
@@ -433,7 +433,7 @@ def write_canary_report(data: CanaryReportData, out_dir: Path, force: bool = Fal
 
 def read_canary_report_data(state_path: Path) -> CanaryReportData:
     """The report data of a state file (read-only; a running controller may go on writing it)."""
-    from specguard.canary.store import CanaryStateError, CanaryStore
+    from specguard.canary.state.store import CanaryStateError, CanaryStore
 
     with CanaryStore.open_existing(state_path) as store:
         state = store.load_state()

@@ -46,17 +46,25 @@ def _gap(t: float, phase: str, exc: BaseException) -> MetricsSample:
     return MetricsSample(t_s=t, phase=phase, ok=False, error=f"{type(exc).__name__}: {exc}")  # type: ignore[arg-type]
 
 
+async def fetch_page(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
+    """One GET of a ``/metrics`` page, bounded by ``timeout_s``: its text; MetricsParseError on a status other than 200.
+
+    The one reader of a page over aiohttp: this run's scrapes and the canary's (``canary.evidence.scrape``).
+    """
+    async with asyncio.timeout(timeout_s):
+        async with session.get(url) as resp:
+            text = await resp.text(errors="replace")
+            if resp.status != 200:
+                raise MetricsParseError(f"HTTP {resp.status}")
+    return text
+
+
 async def scrape_once(session: aiohttp.ClientSession, url: str, t0: float, phase: str, timeout_s: float = 5.0) -> MetricsSample:
     import aiohttp  # loaded already in the parent, which alone calls this
 
     t = time.monotonic() - t0
     try:
-        async with asyncio.timeout(timeout_s):
-            async with session.get(url) as resp:
-                text = await resp.text(errors="replace")
-                if resp.status != 200:
-                    raise MetricsParseError(f"HTTP {resp.status}")
-        return parse_metrics_text(text, t, phase)
+        return parse_metrics_text(await fetch_page(session, url, timeout_s), t, phase)
     except (aiohttp.ClientError, OSError, TimeoutError, MetricsParseError) as exc:
         return _gap(t, phase, exc)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from specguard.canary.proxy import CanaryProxy
-from specguard.canary.upstream import Upstream
+from specguard.canary.proxy.server import CanaryProxy
+from specguard.canary.proxy.upstream import Upstream
 from specguard.vllm.process import free_port
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from specguard.canary.analysis import (
+from specguard.canary.judge.window import (
     AnalysisPolicy,
     MetricRule,
     RequestSample,

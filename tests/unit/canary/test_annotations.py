@@ -10,8 +10,7 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from specguard.canary.observability import dashboard_pin_for, observability_files
-from specguard.canary.observability.annotations import (
+from specguard.canary.notify.grafana import (
     DASHBOARD_INVENTORY,
     annotation_body,
     annotation_kind,
@@ -20,9 +19,10 @@ from specguard.canary.observability.annotations import (
     move_text,
     pin_text,
 )
+from specguard.canary.observability import dashboard_pin_for, observability_files
 from specguard.canary.observability.dashboard import dashboard_pin
-from specguard.canary.records import CanaryEvent
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
+from specguard.canary.state.records import CanaryEvent
 from specguard.cli import app
 from specguard.inventory.model import Inventory, ModelIdentity
 

@@ -9,8 +9,7 @@ import pytest
 from pydantic import ValidationError
 from scipy import stats
 
-from specguard.canary.analysis import AnalysisPolicy, MetricRule, SegmentSamples, WindowVerdict, analyse_window
-from specguard.canary.decision import (
+from specguard.canary.judge.decision import (
     CriticalEvent,
     Decision,
     RolloutRule,
@@ -19,6 +18,7 @@ from specguard.canary.decision import (
     WindowRecord,
     decide,
 )
+from specguard.canary.judge.window import AnalysisPolicy, MetricRule, SegmentSamples, WindowVerdict, analyse_window
 from tests.unit.canary.test_analysis import pool
 
 RULE = RolloutRule(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.engines.config import INFERENCE_POOL_GROUP, GatewayApiEngine, HAProxyEngine, ProxyEngine
-from specguard.canary.rollout import PROXY_ONLY_KEYS, RolloutError, load_rollout
+from specguard.canary.spec.engine import INFERENCE_POOL_GROUP, GatewayApiEngine, HAProxyEngine, ProxyEngine
+from specguard.canary.spec.rollout import PROXY_ONLY_KEYS, RolloutError, load_rollout
 from tests.canary_harness import MINIMAL_ROLLOUT
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -22,17 +22,17 @@ import jsonschema
 import pytest
 import yaml
 
-from specguard.canary.engines import TrafficDriver
-from specguard.canary.engines.config import GATEWAY_WEIGHT_TOTAL, INFERENCE_POOL_GROUP, GatewayApiEngine
-from specguard.canary.engines.gateway_api import (
+from specguard.canary.routers.base import TrafficRouter
+from specguard.canary.routers.gateway_api import (
     ANNOTATION_PREFIX,
     API_VERSION,
-    GatewayApiDriver,
+    GatewayApiRouter,
     render_httproute,
     weight_units,
     write_route_files,
 )
-from specguard.canary.rollout import DEFAULT_STEPS
+from specguard.canary.spec.engine import GATEWAY_WEIGHT_TOTAL, INFERENCE_POOL_GROUP, GatewayApiEngine
+from specguard.canary.spec.rollout import DEFAULT_STEPS
 from specguard.errors import RuntimeFailure, UsageError
 
 # A copy of ../shared/reference/gateway-api/ (its README there and here says where it comes from), kept in the
@@ -173,8 +173,8 @@ def test_the_writer_writes_the_steps_file_and_the_current_one(tmp_path: Path) ->
 
 async def test_the_driver_keeps_every_step_and_the_current_route_is_the_last(tmp_path: Path) -> None:
     out = tmp_path / "routes"
-    driver = GatewayApiDriver(engine(out_dir=str(out)), "rollout-7")
-    assert isinstance(driver, TrafficDriver)
+    driver = GatewayApiRouter(engine(out_dir=str(out)), "rollout-7")
+    assert isinstance(driver, TrafficRouter)
     for step, percent in enumerate(DEFAULT_STEPS[:3]):
         await driver.set_weights(percent / 100, 0.0, step)
     await driver.set_weights(0.0, 0.0, 2)  # rollback at the third step
@@ -194,11 +194,11 @@ def test_apply_without_kubectl_on_path_says_what_is_missing(tmp_path: Path) -> N
     empty = tmp_path / "bin"
     empty.mkdir()
     with pytest.raises(UsageError, match="kubectl is not on PATH") as err:
-        GatewayApiDriver(engine(apply=True, out_dir=str(tmp_path / "routes")), "r", env={"PATH": str(empty)})
+        GatewayApiRouter(engine(apply=True, out_dir=str(tmp_path / "routes")), "r", env={"PATH": str(empty)})
     assert str(empty) in str(err.value) and "apply: false" in str(err.value)
     assert not (tmp_path / "routes").exists()  # refused before anything was written
     # Without apply, kubectl is not needed.
-    assert GatewayApiDriver(engine(out_dir=str(tmp_path / "routes")), "r", env={"PATH": str(empty)}).kubectl is None
+    assert GatewayApiRouter(engine(out_dir=str(tmp_path / "routes")), "r", env={"PATH": str(empty)}).kubectl is None
 
 
 async def test_a_failing_kubectl_is_reported_with_its_words_and_the_files_are_kept(tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ async def test_a_failing_kubectl_is_reported_with_its_words_and_the_files_are_ke
     fake.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/argv"\necho "error: the server could not be reached" >&2\nexit 1\n')
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     out = tmp_path / "routes"
-    driver = GatewayApiDriver(engine(apply=True, out_dir=str(out)), "r", env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
+    driver = GatewayApiRouter(engine(apply=True, out_dir=str(out)), "r", env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"})
     with pytest.raises(RuntimeFailure, match="exited with 1: error: the server could not be reached"):
         await driver.set_weights(0.01, 0.0, 0)
     step_file = driver.written[-1].step

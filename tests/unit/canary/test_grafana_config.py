@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.observability.annotations import read_grafana_token
+from specguard.canary.notify.grafana import read_grafana_token
 from specguard.canary.observability.dashboard import dashboard_uid
-from specguard.canary.rollout import Rollout, RolloutError, load_rollout
+from specguard.canary.spec.rollout import Rollout, RolloutError, load_rollout
 from specguard.errors import OptionError
 from tests.canary_harness import MINIMAL_ROLLOUT
 

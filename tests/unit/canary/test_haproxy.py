@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from specguard.canary.engines.config import HAProxyEngine
-from specguard.canary.engines.haproxy import (
+from specguard.canary.ops.haproxy_config import render_haproxy_config, server_address
+from specguard.canary.routers.haproxy import (
     HAPROXY_MAX_WEIGHT,
     POOL_WEIGHT_TOTAL,
     HAProxyRuntime,
@@ -25,8 +25,8 @@ from specguard.canary.engines.haproxy import (
     realised_shares,
     server_weight,
 )
-from specguard.canary.engines.haproxy_config import render_haproxy_config, server_address
-from specguard.canary.rollout import DEFAULT_STEPS, Rollout
+from specguard.canary.spec.engine import HAProxyEngine
+from specguard.canary.spec.rollout import DEFAULT_STEPS, Rollout
 from specguard.cli import app
 from specguard.errors import ExitCode, InputFileError, OptionError, RuntimeFailure
 from tests.haproxy_harness import HAPROXY
@@ -356,7 +356,7 @@ def test_a_command_is_one_line() -> None:
 
 
 def test_show_stat_is_read_by_column_name_and_a_reload_counts_from_zero() -> None:
-    from specguard.canary.engines.haproxy_stats import parse_show_stat, pool_in_flight, pool_responses
+    from specguard.canary.evidence.haproxy_stats import parse_show_stat, pool_in_flight, pool_responses
 
     engine = HAProxyEngine(
         type="haproxy", socket="/run/h.sock", backend="vllm", baseline_servers=["b1"], candidate_servers=["c1"]

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specguard.canary.analysis import AnalysisPolicy, MetricRule, look_alpha
-from specguard.canary.decision import RolloutRule, StepProgress, WindowRecord, decide
-from specguard.canary.histogram_judge import (
+from specguard.canary.judge.decision import RolloutRule, StepProgress, WindowRecord, decide
+from specguard.canary.judge.histogram_judge import (
     METHOD,
     STEP_POINTS,
     WINDOW_DISTRIBUTION,
     SegmentHistograms,
     judge_histogram_window,
 )
-from specguard.canary.histogram_tests import bucket_rank_test, pool_deltas
-from specguard.canary.rollout import MetricBudget
+from specguard.canary.judge.histogram_tests import bucket_rank_test, pool_deltas
+from specguard.canary.judge.window import AnalysisPolicy, MetricRule, look_alpha
+from specguard.canary.spec.rollout import MetricBudget
 from specguard.scripted.vllm_buckets import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from specguard.server_metrics.histograms import Histogram, merge_histograms
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.hook_env import REDACTED, hook_environment, redact, token_values
-from specguard.canary.rollout import load_rollout
+from specguard.canary.control.hook_env import REDACTED, hook_environment, redact, token_values
+from specguard.canary.spec.rollout import load_rollout
 from specguard.errors import InputFileError
 from tests.canary_harness import MINIMAL_ROLLOUT
 

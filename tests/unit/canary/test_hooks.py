@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary import hooks
-from specguard.canary.hooks import OUTPUT_TAIL_BYTES, HookResult, run_hook, run_hooks
+from specguard.canary.control import hooks
+from specguard.canary.control.hooks import OUTPUT_TAIL_BYTES, HookResult, run_hook, run_hooks
 
 PY = [sys.executable, "-I", "-c"]
 

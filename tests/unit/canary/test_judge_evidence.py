@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specguard.canary.analysis import (
+from specguard.canary.judge.decision import RolloutRule, StepProgress, StepRule, WindowRecord, decide
+from specguard.canary.judge.policy import analysis_policy, gauge_results
+from specguard.canary.judge.window import (
     AnalysisPolicy,
     MetricRule,
     RequestSample,
@@ -18,9 +20,7 @@ from specguard.canary.analysis import (
     why_inconclusive,
     with_extra_results,
 )
-from specguard.canary.decision import RolloutRule, StepProgress, StepRule, WindowRecord, decide
-from specguard.canary.policy import analysis_policy, gauge_results
-from specguard.canary.rollout import Analysis, MetricBudget, load_rollout
+from specguard.canary.spec.rollout import Analysis, MetricBudget, load_rollout
 
 ROOT = Path(__file__).resolve().parents[3]
 

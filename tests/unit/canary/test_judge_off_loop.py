@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specguard.canary.policy import analysis_policy, judge_records
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import load_rollout
+from specguard.canary.judge.policy import analysis_policy, judge_records
+from specguard.canary.spec.rollout import load_rollout
+from specguard.canary.state.records import ProxiedRequest
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.metrics_config import PrometheusMetrics, ScrapeMetrics
-from specguard.canary.rollout import RolloutError, load_rollout
+from specguard.canary.spec.metrics import PrometheusMetrics, ScrapeMetrics
+from specguard.canary.spec.rollout import RolloutError, load_rollout
 from tests.canary_harness import MINIMAL_ROLLOUT
 
 PROMETHEUS = """\

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specguard.canary.metrics_source import pool_queries
+from specguard.canary.evidence.metrics_source import pool_queries
 
 
 def test_a_current_release_is_queried_by_its_new_names() -> None:

@@ -25,7 +25,7 @@ from specguard.canary.observability import observability_files
 from specguard.canary.observability.dashboard import GRAFANA_SCHEMA_VERSION, dashboard_queries
 from specguard.canary.observability.recording import plan_recording
 from specguard.canary.observability.rulefile import AlertingRule, RecordingRule, read_rule_file
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
 from specguard.cli import app
 from specguard.errors import ExitCode
 

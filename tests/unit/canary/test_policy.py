@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.policy import (
+from specguard.canary.judge.policy import (
     analysis_policy,
     gauge_results,
     planned_looks,
@@ -14,8 +14,8 @@ from specguard.canary.policy import (
     rollout_rule,
     samples_by_segment,
 )
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import MetricBudget, Rollout, load_rollout
+from specguard.canary.spec.rollout import MetricBudget, Rollout, load_rollout
+from specguard.canary.state.records import ProxiedRequest
 
 ROOT = Path(__file__).resolve().parents[3]
 

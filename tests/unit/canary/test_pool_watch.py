@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specguard.canary.pool_watch import BurstDetector, PoolReadings, server_failures, window_gauges
+from specguard.canary.evidence.pool_watch import BurstDetector, PoolReadings, server_failures, window_gauges
 from specguard.results.models import MetricsSample
 
 

@@ -11,11 +11,11 @@ import time
 import aiohttp
 import pytest
 
-from specguard.canary.capture import REDACTED_PROMPT, CaptureSettings
-from specguard.canary.proxy import CanaryProxy
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import SegmentKey, SegmentRule, Split, StickyKey
-from specguard.canary.upstream import Upstream
+from specguard.canary.proxy.capture import REDACTED_PROMPT, CaptureSettings
+from specguard.canary.proxy.server import CanaryProxy
+from specguard.canary.proxy.upstream import Upstream
+from specguard.canary.spec.rollout import SegmentKey, SegmentRule, Split, StickyKey
+from specguard.canary.state.records import ProxiedRequest
 from specguard.workload.importers import read_log
 from tests.unit.canary.proxy_fakes import completion, fake, free_url, proxied
 

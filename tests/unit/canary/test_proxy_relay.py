@@ -11,13 +11,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Histogram
 
 from specguard.analysis.request_metrics import per_token_itl
-from specguard.canary.proxy import CanaryProxy
-from specguard.canary.proxy_metrics import ITL_BUCKETS_MS, observe_per_token
-from specguard.canary.proxy_relay import PAUSE_BYTES, ClientSink
-from specguard.canary.records import ProxiedRequest
-from specguard.canary.rollout import Split
-from specguard.canary.upstream import Upstream
-from specguard.canary.usage_strip import NO_CHANGE, UsageStripper
+from specguard.canary.proxy.metrics import ITL_BUCKETS_MS, observe_per_token
+from specguard.canary.proxy.relay import PAUSE_BYTES, ClientSink
+from specguard.canary.proxy.server import CanaryProxy
+from specguard.canary.proxy.upstream import Upstream
+from specguard.canary.proxy.usage_strip import NO_CHANGE, UsageStripper
+from specguard.canary.spec.rollout import Split
+from specguard.canary.state.records import ProxiedRequest
 from tests.unit.canary.proxy_fakes import completion, fake, proxied
 
 

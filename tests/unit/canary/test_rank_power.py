@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specguard.canary.analysis import (
+from specguard.canary.judge.histogram_tests import binned_shift_superiority
+from specguard.canary.judge.policy import analysis_policy
+from specguard.canary.judge.rank_power import rank_test_power, scale_for_power, shifted_superiority
+from specguard.canary.judge.window import (
     AnalysisPolicy,
     MetricRule,
     RequestSample,
@@ -19,10 +22,7 @@ from specguard.canary.analysis import (
     look_alpha,
     why_inconclusive,
 )
-from specguard.canary.histogram_tests import binned_shift_superiority
-from specguard.canary.policy import analysis_policy
-from specguard.canary.rank_power import rank_test_power, scale_for_power, shifted_superiority
-from specguard.canary.rollout import load_rollout
+from specguard.canary.spec.rollout import load_rollout
 from specguard.errors import InputFileError
 from specguard.server_metrics.histograms import Histogram
 from tests.canary_harness import MINIMAL_ROLLOUT

@@ -2,7 +2,7 @@
 
 The windows are real ``analyse_window`` results on synthetic pools (a candidate 30 % slower per token), the
 decisions real ``decide`` results on them, and the events, state and requests the record models of
-canary/records.py, so every shape the report reads is the one the controller writes.
+canary/state/records.py, so every shape the report reads is the one the controller writes.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import pytest
 
 from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import per_token_itl
-from specguard.canary.analysis import AnalysisPolicy, MetricRule, WindowAnalysis, analyse_window, error_control_text
-from specguard.canary.decision import CriticalEvent, Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
-from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
+from specguard.canary.judge.decision import CriticalEvent, Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
+from specguard.canary.judge.window import AnalysisPolicy, MetricRule, WindowAnalysis, analyse_window, error_control_text
 from specguard.canary.report import build_canary_report_data, write_canary_report
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
+from specguard.canary.state.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.errors import OutputExistsError
 from specguard.report.canary_html import CHART_IDS, render_canary_html
 from specguard.report.canary_markdown import render_canary_markdown

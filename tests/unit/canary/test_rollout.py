@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specguard.analysis.definitions import METRIC_DEFINITIONS
-from specguard.canary.admin import admin_ssl_context, read_token, remote_without_tls_warning
-from specguard.canary.rollout import (
+from specguard.canary.control.admin import admin_ssl_context, read_token, remote_without_tls_warning
+from specguard.canary.spec.rollout import (
     DEFAULT_STEPS,
     LATENCY_METRICS,
     POOL_GAUGES,

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from specguard.canary.split import LeastOutstanding, RoundRobin, choose_pool, key_hash
+from specguard.canary.proxy.split import LeastOutstanding, RoundRobin, choose_pool, key_hash
 
 
 def test_key_hash_is_the_first_53_bits_of_sha256() -> None:
@@ -29,7 +29,7 @@ def test_key_hash_stays_below_one_even_for_the_largest_digest_prefix() -> None:
 
 def test_key_hash_is_the_same_in_a_new_process_with_another_hash_seed() -> None:
     keys = ["alice", "bob", "x-user-7", "ünïcode"]
-    code = "import sys; from specguard.canary.split import key_hash; print([key_hash(k) for k in sys.argv[1:]])"
+    code = "import sys; from specguard.canary.proxy.split import key_hash; print([key_hash(k) for k in sys.argv[1:]])"
     outputs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

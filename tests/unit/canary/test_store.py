@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from specguard.canary import event_mirror
-from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
-from specguard.canary.rollout import Rollout
-from specguard.canary.split import PoolName
-from specguard.canary.store import STATE_SCHEMA_VERSION, CanaryStateError, CanaryStore, StoreMeta
+from specguard.canary.spec.rollout import Rollout
+from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state import event_mirror
+from specguard.canary.state.records import CanaryEvent, ControllerState, ProxiedRequest
+from specguard.canary.state.store import STATE_SCHEMA_VERSION, CanaryStateError, CanaryStore, StoreMeta
 from specguard.errors import ExitCode, OutputWriteError
 
 SRC = Path(__file__).resolve().parents[3] / "src"
@@ -286,7 +286,7 @@ def test_a_second_writer_is_refused_until_the_first_closes(tmp_path: Path) -> No
 READ_IN_CHILD = """
     import json, sys
     from pathlib import Path
-    from specguard.canary.store import CanaryStore
+    from specguard.canary.state.store import CanaryStore
     with CanaryStore.open_existing(Path(sys.argv[1])) as s:
         state = s.load_state()
         print(json.dumps({"events": [e.seq for e in s.events()], "step": state.step if state else None}))
@@ -330,15 +330,15 @@ def test_the_writer_commits_while_a_reader_holds_a_snapshot(tmp_path: Path) -> N
 DIE_BETWEEN_COMMIT_AND_JSONL = """
     import os, sys
     from pathlib import Path
-    from specguard.canary import event_mirror
-    from specguard.canary.store import CanaryStore, StoreMeta
+    from specguard.canary.state import event_mirror
+    from specguard.canary.state.store import CanaryStore, StoreMeta
     meta = StoreMeta(rollout_name="r1", rollout={}, created_unix=1.0)
     store = CanaryStore.create_or_open(Path(sys.argv[1]), meta)
     store.append_event("started", time=1.0, step=0, percent=1.0)
     # Fault injection: the process dies after SQLite committed the next event, before its JSONL line.
     event_mirror.EventMirror.append = lambda self, lines: os._exit(17)
     store.commit_decision(
-        __import__("specguard.canary.records", fromlist=["x"]).ControllerState(
+        __import__("specguard.canary.state.records", fromlist=["x"]).ControllerState(
             step=0, percent=0.0, status="rolled_back", step_started_unix=1.0, updated_unix=2.0),
         time=2.0, step=0, percent=0.0, decision="rollback")
 """

@@ -2,7 +2,7 @@
 
 systemd cannot be asked what argv it parsed without a running manager, so ``systemd_words`` below re-implements
 its documented rules (systemd.service(5) "Command lines", systemd.unit(5) "Specifiers") independently of
-``canary/systemd.py``; `systemd-analyze verify` (the real one) checks the syntax, escapes and executables.
+``canary/ops/systemd.py``; `systemd-analyze verify` (the real one) checks the syntax, escapes and executables.
 The vLLM executables are fakes (real executable files in tmp), since neither the GPU fleet's vllm nor
 necessarily the embedded runtime is installed here; the Python they name is this interpreter.
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from specguard.canary.rollout import Rollout, load_rollout
-from specguard.canary.runbook import RUNBOOK
-from specguard.canary.systemd import environment_lines, exec_line, quote_word
-from specguard.canary.unit_specs import CONTROLLER_UNIT, POOL_UNITS, SetupMissingError, UnitOptions
-from specguard.canary.units import write_units
+from specguard.canary.ops.runbook import RUNBOOK
+from specguard.canary.ops.systemd import environment_lines, exec_line, quote_word
+from specguard.canary.ops.unit_specs import CONTROLLER_UNIT, POOL_UNITS, SetupMissingError, UnitOptions
+from specguard.canary.ops.units import write_units
+from specguard.canary.spec.rollout import Rollout, load_rollout
 from specguard.embedded.launch import server_spec_for
 from specguard.embedded.models import MANIFEST as MODELS_MANIFEST
 from specguard.embedded.models import ModelSet, ModelSetSpec

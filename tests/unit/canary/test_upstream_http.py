@@ -13,8 +13,8 @@ import pytest
 import uvloop
 from multidict import CIMultiDict
 
-from specguard.canary import upstream_http
-from specguard.canary.upstream_http import UpstreamClient, UpstreamClosed, UpstreamProtocolError, request_head
+from specguard.canary.proxy import upstream_http
+from specguard.canary.proxy.upstream_http import UpstreamClient, UpstreamClosed, UpstreamProtocolError, request_head
 from specguard.loadgen.client import StreamResult
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from specguard.canary.usage_strip import (
+from specguard.canary.proxy.usage_strip import (
     NO_CHANGE,
     UsagePlan,
     UsageStripper,

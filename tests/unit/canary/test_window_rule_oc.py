@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from specguard.analysis.defaults import MIN_RESAMPLES
-from specguard.canary.analysis import AnalysisPolicy, MetricRule, RequestSample, SegmentSamples, analyse_window, look_alpha
+from specguard.canary.judge.window import AnalysisPolicy, MetricRule, RequestSample, SegmentSamples, analyse_window, look_alpha
 
 LOOKS = 60
 POLICY = AnalysisPolicy(

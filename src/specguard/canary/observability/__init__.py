@@ -3,11 +3,13 @@
 The canary's own analysis needs none of this; an operator's monitoring stack does (the checklist: alerts on
 P99 latency, waiting requests, KV-cache usage, OOMs and 5xx, and an acceptance view whose formula is written
 down because vLLM's metric names change across releases). Modules: ``conventions`` (pool label, windows),
-``rulefile`` (the rule-file models and YAML), ``recording``, ``alerts``, ``dashboard``, ``write``; and
-``grafana_config`` / ``annotations``, the decisions posted to Grafana while the canary runs.
+``rulefile`` (the rule-file models and YAML), ``recording``, ``alerts``, ``dashboard``, ``write``. The rollout's
+``grafana:`` key is ``spec.grafana``; posting decisions to Grafana while the canary runs is ``notify.grafana``.
 
-The two names below are imported when first used: ``rollout.py`` imports ``grafana_config`` from this
-package, and an eager import of ``write`` here would import ``rollout.py`` back before it is defined.
+May import: ``spec`` only (the generated files describe a rollout; nothing here runs with it).
+
+The names below are imported when first used, so that importing one module of this package does not import
+``write`` and everything it renders.
 """
 
 from __future__ import annotations

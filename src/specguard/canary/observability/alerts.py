@@ -22,7 +22,7 @@ from specguard.canary.observability.recording import (
     latency_series,
 )
 from specguard.canary.observability.rulefile import AlertingRule, RuleFile, RuleGroup
-from specguard.canary.rollout import MetricBudget, Rollout
+from specguard.canary.spec.rollout import MetricBudget, Rollout
 from specguard.server_metrics import names
 from specguard.sizing.recommend import NGRAM_GOOD_ACCEPTANCE
 

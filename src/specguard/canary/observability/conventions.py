@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
 
 __all__ = [
     "POOL_LABEL",

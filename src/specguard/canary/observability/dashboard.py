@@ -34,7 +34,7 @@ from specguard.canary.observability.recording import (
     latency_record,
     latency_series,
 )
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
 from specguard.vllm.knowledge import version_text
 
 __all__ = [

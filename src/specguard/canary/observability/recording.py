@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from specguard.canary.observability.conventions import POOL_LABEL, Windows, server_group_labels, windows
 from specguard.canary.observability.rulefile import RecordingRule, RuleFile, RuleGroup
-from specguard.canary.rollout import LATENCY_METRICS, Rollout
+from specguard.canary.spec.rollout import LATENCY_METRICS, Rollout
 from specguard.server_metrics import names
 from specguard.vllm.knowledge import Version, version_text
 

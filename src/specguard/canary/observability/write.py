@@ -17,7 +17,7 @@ from specguard.canary.observability.conventions import POOL_LABEL, scrape_config
 from specguard.canary.observability.dashboard import DashboardPin, dashboard, dashboard_pin
 from specguard.canary.observability.recording import RecordingPlan, recording_rules
 from specguard.canary.observability.rulefile import render_rule_file
-from specguard.canary.rollout import Rollout
+from specguard.canary.spec.rollout import Rollout
 from specguard.results.store import refuse_overwrite, write_text_files
 from specguard.vllm.knowledge import Version, version_text
 

@@ -1,0 +1,270 @@
+"""``specguard canary run``: the pools, the proxy, the admin API and the controller, started and stopped in order.
+
+Everything that can be refused is refused before anything listens or any server starts: the rollout
+file (``load_rollout``), the admin token, a state file that belongs to another rollout. Then the launched
+pools start, the proxy and the admin API bind their addresses, and the controller runs until SIGTERM or
+SIGINT (or, with ``exit_when_finished``, until the rollout is promoted or rolled back).
+
+A graceful stop (SIGTERM, as ``systemctl stop`` sends): the listeners close, streams in flight get
+``drain_s`` to finish, every finished request is written, the state is saved, and the event log says so.
+A restarted controller resumes at the same weight and step: sticky keys hash to the same pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from specguard.canary.control.admin import admin_app, admin_ssl_context, read_token, remote_without_tls_warning
+from specguard.canary.control.controller import CanaryController
+from specguard.canary.evidence.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource, engine_response_counts
+from specguard.canary.evidence.pool_watch import PoolWatcher
+from specguard.canary.evidence.records import RecordsEvidence
+from specguard.canary.evidence.scrape import PoolScraper
+from specguard.canary.evidence.server_side import CountsReader, ServerSideEvidence
+from specguard.canary.judge.policy import analysis_policy
+from specguard.canary.notify.grafana import (
+    DASHBOARD_INVENTORY,
+    GrafanaAnnotations,
+    dashboard_record,
+    read_grafana_token,
+)
+from specguard.canary.observability.dashboard import dashboard_uid
+from specguard.canary.ops.pools import StartedPools, start_pools
+from specguard.canary.proxy.server import CanaryProxy, tune_gc
+from specguard.canary.routers.factory import build_router
+from specguard.canary.routers.haproxy import HAProxyRuntime
+from specguard.canary.spec.engine import HAProxyEngine, ProxyEngine
+from specguard.canary.spec.metrics import PrometheusMetrics
+from specguard.canary.spec.rollout import Rollout, split_listen
+from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state.records import CanaryStatus, ProxiedRequest
+from specguard.canary.state.store import CanaryStore, StoreMeta
+from specguard.errors import OptionError, ServerError
+from specguard.server_metrics.prometheus_api import PrometheusApi
+from specguard.vllm.knowledge import Version, VersionParseError, parse_version
+
+__all__ = ["CanaryOutcome", "run_canary"]
+
+
+@dataclass(frozen=True)
+class CanaryOutcome:
+    status: CanaryStatus
+    interrupted: bool  # stopped by a signal (or the caller's stop event) rather than by finishing
+
+
+async def _site(
+    app: web.Application, listen: str, what: str, shutdown_s: float, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
+    host, port = split_listen(listen)
+    # handler_cancellation: a client that goes away cancels its handler, which closes the upstream request.
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_s, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    try:
+        # backlog: 256 clients connecting at once overflowed aiohttp's default of 128, and the kernel's retry of a
+        # dropped SYN after 1 s showed as 1-3 s TTFT spikes in bench/proxy_overhead.py.
+        await web.TCPSite(runner, host, port, backlog=1024, ssl_context=ssl_context).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ServerError(f"the {what} cannot listen on {listen}: {exc.strerror or exc}") from exc
+    return runner
+
+
+async def run_canary(
+    rollout: Rollout,
+    *,
+    log: Callable[[str], None],
+    log_dir: Path,
+    exit_when_finished: bool = False,
+    drain_s: float = 30.0,
+    stop: asyncio.Event | None = None,
+) -> CanaryOutcome:
+    token = read_token(rollout.admin)  # refused before anything starts
+    admin_tls = admin_ssl_context(rollout.admin)
+    if (plain := remote_without_tls_warning(rollout.admin)) is not None:
+        log(plain)
+    grafana_token = read_grafana_token(rollout.grafana) if rollout.grafana is not None else None
+    prometheus_token = read_metrics_token(rollout)
+    state_path = Path(rollout.state.path)
+    meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.stored(), created_unix=time.time())
+    store = CanaryStore.create_or_open(state_path, meta)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (RuntimeError, ValueError):  # not the main thread (tests run the canary in one)
+            pass
+    pools = None
+    annotations: GrafanaAnnotations | None = None
+    try:
+        pools = await asyncio.to_thread(start_pools, rollout, log_dir, log)
+        for name, inventory in pools.inventories.items():
+            store.save_inventory(name, inventory)
+        if rollout.grafana is not None and grafana_token is not None:
+            store.save_inventory(DASHBOARD_INVENTORY, dashboard_record(rollout, pools.inventories))
+            annotations = GrafanaAnnotations(
+                rollout.grafana,
+                token=grafana_token,
+                rollout_id=rollout.name,
+                dashboard=rollout.grafana.dashboard_uid or dashboard_uid(rollout.name),
+            )
+            annotations.pin_inventories(store.inventories())
+        if not isinstance(rollout.engine, ProxyEngine):
+            status = await _run_with_engine(
+                rollout, pools, store, token, prometheus_token, annotations, stop, log, exit_when_finished, drain_s
+            )
+            return CanaryOutcome(status=status, interrupted=stop.is_set())
+        registry = CollectorRegistry()
+        holder: list[CanaryController] = []
+
+        def on_record(record: ProxiedRequest) -> None:
+            holder[0].on_record(record)
+
+        proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
+        evidence = RecordsEvidence(rollout, analysis_policy(rollout), PoolWatcher(pools.upstreams))
+        controller = CanaryController(
+            rollout, store, build_router(rollout, proxy), evidence, log=log, drain_s=drain_s, annotations=annotations
+        )
+        holder.append(controller)
+        proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
+        try:
+            admin_runner = await _site(
+                admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0, admin_tls
+            )
+        except ServerError:
+            await proxy_runner.cleanup()
+            raise
+        tune_gc()  # start-up is done: GC pauses of up to 74 ms stalled every stream (bench/proxy_overhead.py)
+        log(f"canary {rollout.name}: proxy on {rollout.listen}, admin API on {rollout.admin.listen}, state {state_path}")
+        try:
+            status = await controller.run(stop, exit_when_finished=exit_when_finished)
+        finally:
+            # Stop taking requests, let those in flight finish (the runner's shutdown timeout), then write.
+            await proxy_runner.cleanup()
+            still = await proxy.drain(drain_s)
+            await admin_runner.cleanup()
+            await proxy.close()
+            await evidence.close()
+            if annotations is not None:
+                await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
+            controller.on_stopped(still)
+        return CanaryOutcome(status=status, interrupted=stop.is_set())
+    finally:
+        if annotations is not None:
+            await annotations.close()  # a no-op after the close above; here for a start that failed half-way
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if pools is not None:
+            await asyncio.to_thread(pools.stop)
+        store.close()
+
+
+def read_metrics_token(rollout: Rollout) -> str | None:
+    """The Prometheus bearer token, from the variable ``metrics.token_env`` names; refused before anything starts."""
+    metrics = rollout.metrics
+    if not isinstance(metrics, PrometheusMetrics) or metrics.token_env is None:
+        return None
+    value = os.environ.get(metrics.token_env)
+    if not value:
+        raise OptionError(f"metrics.token_env: the environment variable {metrics.token_env} is not set (or empty)")
+    return value
+
+
+def _release(rollout: Rollout, pools: StartedPools) -> Version:
+    """The vLLM release whose metric names Prometheus is asked for: the file's, else the candidate's, else the baseline's."""
+    if isinstance(rollout.metrics, PrometheusMetrics) and rollout.metrics.release is not None:
+        return rollout.metrics.release
+    seen = []
+    for pool in ("candidate", "baseline"):
+        text = str(pools.inventories.get(pool, {}).get("vllm_version") or "")
+        seen.append(text)
+        try:
+            return parse_version(text)
+        except VersionParseError:
+            continue
+    raise OptionError(
+        f"metrics.vllm_version: the pools report no vLLM release ({', '.join(repr(v) for v in seen)}); "
+        "name the release whose metric names Prometheus holds"
+    )
+
+
+async def _run_with_engine(
+    rollout: Rollout,
+    pools: StartedPools,
+    store: CanaryStore,
+    token: str,
+    prometheus_token: str | None,
+    annotations: GrafanaAnnotations | None,
+    stop: asyncio.Event,
+    log: Callable[[str], None],
+    exit_when_finished: bool,
+    drain_s: float,
+) -> CanaryStatus:
+    """HAProxy or a Gateway carries the requests: no proxy; the driver moves the weights, the pools' own series
+    (and HAProxy's response counters) are the evidence, through the same controller."""
+    router = build_router(rollout)
+    source: PoolMetricsSource
+    counts: CountsReader | None = None
+    # One scraper for the watcher and a scrape source: each page read and parsed once per tick.
+    scraper = PoolScraper(pools.upstreams, histograms=not isinstance(rollout.metrics, PrometheusMetrics))
+    watcher = PoolWatcher(pools.upstreams, scraper=scraper)
+    if isinstance(rollout.metrics, PrometheusMetrics):
+        api = PrometheusApi(str(rollout.metrics.url), prometheus_token, rollout.metrics.timeout_s)
+        source = PrometheusSource(api, list(pools.upstreams), _release(rollout, pools), rollout.metrics.step_s)
+        responses = rollout.metrics.engine_responses
+        if responses is not None:
+
+            async def counts(at: float) -> dict[PoolName, tuple[float, float]]:
+                return await engine_response_counts(api, responses.errors, responses.total, at)
+
+    else:
+        source = ScrapeSource(pools.upstreams, scraper=scraper)
+    haproxy = rollout.engine if isinstance(rollout.engine, HAProxyEngine) else None
+    stats = None
+    if haproxy is not None:
+        # HAProxy's counters on the router's runtime socket (one command per connection: nothing is shared).
+        stats = functools.partial(HAProxyRuntime(haproxy.socket).show_stat, haproxy.backend)
+    evidence = ServerSideEvidence(
+        source,
+        analysis_policy(rollout),
+        list(rollout.analysis.metrics),
+        watcher,
+        haproxy=haproxy,
+        stats=stats,
+        counts=counts,
+    )
+    controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
+    admin_runner = await _site(
+        admin_app(controller, token, CollectorRegistry(), log),
+        rollout.admin.listen,
+        "admin API",
+        5.0,
+        admin_ssl_context(rollout.admin),
+    )
+    log(
+        f"canary {rollout.name}: {router.describe()}, metrics from {source.kind}, "
+        f"admin API on {rollout.admin.listen}, state {rollout.state.path}"
+    )
+    try:
+        status = await controller.run(stop, exit_when_finished=exit_when_finished)
+    finally:
+        await admin_runner.cleanup()
+        await router.close()
+        await evidence.close()
+        if annotations is not None:
+            await annotations.close()
+        controller.on_stopped(0)
+    return status

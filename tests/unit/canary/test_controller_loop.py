@@ -1,0 +1,314 @@
+"""The control loop alone: ``CanaryController`` with a fake clock, a fake router, a fake evidence source and a
+fake hook runner, and the real SQLite store in a temporary directory (as Flagger's scheduler fixture tests drive
+its controller against fake routers and metric providers). No socket, no process: each window's verdict is
+scripted, so each test says what the loop does with it: advance, hold, roll back, promote, pause and resume,
+a failing hook, a critical event, a restart from the store.
+
+A window is closed through ``_close_window`` (what ``run`` calls every ``window_s``), so that no test waits
+for a window's wall-clock time; manual control and critical events go through ``run`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from specguard.canary.control.controller import CanaryController
+from specguard.canary.control.hooks import HookResult
+from specguard.canary.evidence.base import EvidenceSource, WindowEvidence
+from specguard.canary.judge.decision import CriticalEvent
+from specguard.canary.judge.window import MetricResult, WindowAnalysis, WindowVerdict
+from specguard.canary.routers.base import TrafficRouter
+from specguard.canary.spec.rollout import Rollout
+from specguard.canary.spec.vocabulary import PoolName
+from specguard.canary.state.records import CanaryEvent, EventKind, ProxiedRequest
+from specguard.canary.state.store import CanaryStore, StoreMeta
+
+T0 = 1_700_000_000.0
+
+ROLLOUT = Rollout.model_validate(
+    {
+        "name": "loop",
+        "pools": {"baseline": {"servers": ["http://a:1"]}, "candidate": {"servers": ["http://b:1"]}},
+        "admin": {"token_env": "T"},
+        "steps": [
+            {"percent": 10, "min_time_s": 0, "min_requests": 0},
+            {"percent": 50, "min_time_s": 0, "min_requests": 0},
+            {"percent": 100, "min_time_s": 0, "min_requests": 0},
+        ],
+        "analysis": {"promote_windows": 1, "rollback_windows": 2},
+        "hooks": {"rollback": [["undo", "--now"]], "promote": [["finish"]]},
+    }
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeRouter:
+    """A proxy-like router: weights apply at once; every call is written down."""
+
+    immediate = True
+    drain_poll_s = 0.0
+
+    def __init__(self) -> None:
+        self.weights: list[tuple[float, float, int]] = []
+        self.decisions: list[str] = []
+
+    def set_weights_now(self, candidate: float, control: float, step: int) -> None:
+        self.weights.append((candidate, control, step))
+
+    async def set_weights(self, candidate: float, control: float, step: int) -> None:
+        self.weights.append((candidate, control, step))
+
+    async def in_flight(self) -> dict[PoolName, int] | None:
+        return {"baseline": 0, "candidate": 0}
+
+    def count_decision(self, kind: str) -> None:
+        self.decisions.append(kind)
+
+    def describe(self) -> str:
+        return "a fake router"
+
+    async def close(self) -> None:
+        pass
+
+
+def analysis(look: int, verdict: WindowVerdict) -> WindowAnalysis:
+    """A window's analysis with one ITL result of ``verdict``; a judged one (PASS or FAIL) spent its look."""
+    judged = verdict != "INCONCLUSIVE"
+    result = MetricResult(
+        segment="all",
+        metric="itl_ms",
+        verdict=verdict,
+        comparison="naive",
+        p_value=0.5 if verdict == "PASS" else (0.001 if judged else None),
+        threshold=0.01,
+        budget=1.1,
+        n_baseline=100 if judged else 0,
+        n_candidate=100 if judged else 0,
+        text=f"itl_ms {verdict}",
+    )
+    return WindowAnalysis(
+        look=look, verdict=verdict, comparison="naive", alpha_look=0.01, results=[result], warnings=[], error_control="test"
+    )
+
+
+class FakeEvidence:
+    """Scripted windows: each ``judge`` takes the next verdict; each ``read`` the next list of critical events."""
+
+    def __init__(self, verdicts: Sequence[WindowVerdict] = (), critical: Sequence[Sequence[CriticalEvent]] = ()) -> None:
+        self.verdicts = list(verdicts)
+        self.critical = [list(c) for c in critical]
+        self.begun: list[float] = []
+        self.judged: list[tuple[int, int, float]] = []  # (look, records, percent)
+
+    async def begin(self, at: float) -> None:
+        self.begun.append(at)
+
+    async def read(self) -> list[CriticalEvent]:
+        return self.critical.pop(0) if self.critical else []
+
+    async def judge(
+        self, records: Sequence[ProxiedRequest], start: float, end: float, look: int, *, has_control: bool, percent: float
+    ) -> WindowEvidence:
+        self.judged.append((look, len(records), percent))
+        return WindowEvidence(analysis=analysis(look, self.verdicts.pop(0)), gauges={}, acceptance={}, candidate_requests=7)
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeHooks:
+    """Runs nothing: answers each command with ``exit_code``."""
+
+    def __init__(self, exit_code: int = 0) -> None:
+        self.exit_code = exit_code
+        self.ran: list[list[str]] = []
+
+    async def __call__(
+        self, commands: Sequence[Sequence[str]], *, timeout_s: float, retries: int, env: Mapping[str, str] | None = None
+    ) -> list[HookResult]:
+        out = []
+        for argv in commands:
+            self.ran.append(list(argv))
+            out.append(HookResult(list(argv), 1, self.exit_code, False, 0.01, "", "it broke" if self.exit_code else ""))
+            if self.exit_code:
+                break
+        return out
+
+
+def open_store(tmp_path: Path) -> CanaryStore:
+    meta = StoreMeta(rollout_name=ROLLOUT.name, rollout=ROLLOUT.stored(), created_unix=T0)
+    return CanaryStore.create_or_open(tmp_path / "state.db", meta)
+
+
+class Loop:
+    """One controller over the fakes, and what it logged."""
+
+    def __init__(self, tmp_path: Path, evidence: FakeEvidence, hooks: FakeHooks | None = None) -> None:
+        self.clock = FakeClock()
+        self.router = FakeRouter()
+        self.evidence = evidence
+        self.hooks = hooks or FakeHooks()
+        self.store = open_store(tmp_path)
+        self.lines: list[str] = []
+        router: TrafficRouter = self.router
+        source: EvidenceSource = self.evidence
+        self.controller = CanaryController(
+            ROLLOUT, self.store, router, source, log=self.lines.append, clock=self.clock, drain_s=1.0, hook_runner=self.hooks
+        )
+
+    async def window(self) -> None:
+        start = self.clock.now
+        self.clock.now += ROLLOUT.analysis.window_s
+        await self.controller._close_window(start, self.clock.now)
+
+    def decisions(self) -> list[str | None]:
+        return [e.decision for e in self.store.events(kinds=["decision"])]
+
+    def events(self, kind: EventKind) -> list[CanaryEvent]:
+        return self.store.events(kinds=[kind])
+
+
+def test_a_passing_window_advances_to_the_next_step(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["PASS"]))
+        await loop.window()
+        return loop
+
+    loop = asyncio.run(go())
+    st = loop.controller.state
+    assert (st.status, st.step, st.percent, st.look) == ("running", 1, 50.0, 1)
+    assert loop.router.weights == [(0.1, 0.0, 0), (0.5, 0.0, 1)], "step 1's weight at start, then step 2's"
+    assert loop.decisions() == ["advance"] and loop.router.decisions == ["advance"]
+    assert loop.evidence.judged == [(1, 0, 10.0)]
+    assert loop.store.load_state() == st, "the move is committed before it is acted on"
+
+
+def test_an_inconclusive_window_holds_and_spends_no_look(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["INCONCLUSIVE", "PASS"]))
+        await loop.window()
+        await loop.window()
+        return loop
+
+    loop = asyncio.run(go())
+    assert loop.decisions() == ["hold", "advance"]
+    assert [look for look, _, _ in loop.evidence.judged] == [1, 1], "the window that ran no test left its look"
+    assert loop.router.weights == [(0.1, 0.0, 0), (0.5, 0.0, 1)], "a hold moves no weight"
+    hold = loop.store.events(kinds=["decision"])[0]
+    assert any("could not be judged" in r for r in hold.reasons)
+
+
+def test_two_failing_windows_roll_back_drain_and_run_the_rollback_hook(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["FAIL", "FAIL"]))
+        await loop.window()
+        assert loop.controller.state.status == "running", "one failing window holds (rollback_windows: 2)"
+        await loop.window()
+        return loop
+
+    loop = asyncio.run(go())
+    st = loop.controller.state
+    assert (st.status, st.percent) == ("rolled_back", 0.0)
+    assert loop.decisions() == ["hold", "rollback"]
+    assert loop.router.weights[-1] == (0.0, 0.0, 0)
+    assert loop.hooks.ran == [["undo", "--now"]]
+    assert [e.details["phase"] for e in loop.events("hook")] == ["rollback"]
+    assert loop.controller.finished.is_set()
+
+
+def test_passing_windows_walk_the_steps_and_promote_with_the_promote_hook(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["PASS", "PASS", "INCONCLUSIVE"]))
+        for _ in range(3):
+            await loop.window()
+        return loop
+
+    loop = asyncio.run(go())
+    st = loop.controller.state
+    assert (st.status, st.percent) == ("promoted", 100.0)
+    assert loop.decisions() == ["advance", "advance", "promote"], "at 100 % the window is a bake, not a comparison"
+    # The promotion sets the whole share once more: a control pool, were there one, would get none from then on.
+    assert loop.router.weights == [(0.1, 0.0, 0), (0.5, 0.0, 1), (1.0, 0.0, 2), (1.0, 0.0, 2)]
+    assert loop.hooks.ran == [["finish"]] and loop.controller.finished.is_set()
+
+
+def test_a_failing_hook_is_logged_and_the_rollback_stands(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["FAIL", "FAIL"]), FakeHooks(exit_code=1))
+        await loop.window()
+        await loop.window()
+        return loop
+
+    loop = asyncio.run(go())
+    assert loop.controller.state.status == "rolled_back"
+    (hook,) = loop.events("hook")
+    assert hook.details["exit_code"] == 1 and "FAILED" in hook.reasons[0]
+    assert any(line.startswith("!!! rollback hook FAILED") and "it broke" in line for line in loop.lines)
+
+
+def test_pause_holds_a_passing_window_and_resume_lets_the_next_one_advance(tmp_path: Path) -> None:
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(["PASS", "PASS"]))
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.controller.run(stop))
+        paused = await loop.controller.request("pause")
+        assert paused["state"] == "paused"
+        await loop.window()
+        assert loop.controller.state.step == 0, "paused: no automatic advance"
+        resumed = await loop.controller.request("resume")
+        assert resumed["state"] == "running"
+        await loop.window()
+        stop.set()
+        assert await task == "running"
+        return loop
+
+    loop = asyncio.run(go())
+    assert loop.decisions() == ["pause", "hold", "resume", "advance"]
+    hold = loop.store.events(kinds=["decision"])[1]
+    assert hold.reasons[0].startswith("paused")
+    assert loop.evidence.begun == [T0], "the loop marked its first window's start"
+
+
+def test_a_critical_event_from_the_evidence_rolls_back_at_once(tmp_path: Path) -> None:
+    crash = CriticalEvent(kind="crash", server="http://b:1", detail="/metrics no longer answers")
+
+    async def go() -> Loop:
+        loop = Loop(tmp_path, FakeEvidence(critical=[[crash]]))
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.controller.run(stop))
+        await asyncio.wait_for(loop.controller.finished.wait(), timeout=30)  # set once the rollback's hooks ran
+        stop.set()
+        assert await task == "rolled_back"
+        return loop
+
+    loop = asyncio.run(go())
+    assert loop.decisions() == ["rollback"] and loop.evidence.judged == [], "no window was needed"
+    assert [e.details["kind"] for e in loop.events("critical")] == ["crash"]
+    assert loop.router.weights[-1] == (0.0, 0.0, 0) and loop.hooks.ran == [["undo", "--now"]]
+
+
+def test_a_restarted_controller_resumes_from_the_store_at_the_same_step_and_weight(tmp_path: Path) -> None:
+    async def first() -> None:
+        loop = Loop(tmp_path, FakeEvidence(["PASS"]))
+        await loop.window()
+        loop.store.close()
+
+    async def second() -> Loop:
+        return Loop(tmp_path, FakeEvidence())
+
+    asyncio.run(first())
+    loop = asyncio.run(second())
+    st = loop.controller.state
+    assert (st.status, st.step, st.percent, st.look) == ("running", 1, 50.0, 1)
+    assert loop.router.weights == [(0.5, 0.0, 1)], "the restarted controller serves the stored weight at once"
+    started = loop.events("started")
+    assert [e.details["resumed"] for e in started] == [False, True]
