@@ -192,7 +192,10 @@ async def test_equal_pools_with_noise_for_30_windows_do_not_roll_back(scripted, 
     print(f"equal pools: {failed} failing windows of {len(windows)}; verdicts {verdicts}")
     assert outcome.status != "rolled_back"
     assert decisions(run, "rollback") == []
-    assert verdicts.count("PASS") > len(verdicts) // 2, "most windows had the samples to judge"
+    # Most windows had the samples to judge: their tests ran (a window may still hold because a 1 s window of
+    # ~20 requests per pool has too little power to see +10 %: issue 26's power rule; it never passes then).
+    judged = [w for w in windows if any(r["p_value"] is not None for r in w.details["analysis"]["results"])]
+    assert len(judged) > len(windows) // 2, "most windows had the samples to judge"
 
 
 async def test_at_a_twentieth_of_the_load_the_matched_comparison_matters(scripted, tmp_path: Path) -> None:
@@ -262,7 +265,9 @@ async def test_a_restarted_controller_resumes_at_its_weight_and_step(scripted, t
         tmp_path,
         {"baseline": [base.base_url], "candidate": [cand.base_url]},
         steps=[{"percent": 30, "min_time_s": 0, "min_requests": 0}, {"percent": 40, "min_time_s": 3600}, {"percent": 100}],
-        analysis=analysis(1.0, min_samples=5, promote_windows=1),
+        # The test is of resuming, not of judging: Kayenta's plain rule (no power requirement) lets a 1 s window of
+        # a few requests advance the first step.
+        analysis=analysis(1.0, min_samples=5, promote_windows=1, min_power=0.0),
     )
     keys = user_keys(300)
     async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)) as first:

@@ -66,7 +66,7 @@ async def excess_over_servers(scripted, tmp_path: Path, metrics: list[dict[str, 
         windows = len(run.events("window"))
         await run.stopped()
     print(f"windows judged: {windows}")
-    assert windows >= 3, "the analysis ran while the streams were relayed"
+    assert windows >= 2, "the analysis ran while the streams were relayed"
     with run.store() as store:
         records = store.requests()
     proxy = [g for r in records if r.ok for g in np.diff(r.chunk_times_s).tolist()]

@@ -68,7 +68,8 @@ async def test_each_decision_is_one_annotation_in_order_at_its_committed_time(sc
             tmp_path,
             {"baseline": [base.base_url], "candidate": [cand.base_url]},
             steps=[{"percent": 50, "min_time_s": 0, "min_requests": 0}, {"percent": 100, "min_time_s": 0, "min_requests": 0}],
-            analysis={"window_s": 1.0, "metrics": LATENCY_ONLY, "min_samples": 5, "promote_windows": 1},
+            # Of annotations, not of judging: Kayenta's plain rule (min_power 0) lets 1 s windows of a few requests pass.
+            analysis={"window_s": 1.0, "metrics": LATENCY_ONLY, "min_samples": 5, "promote_windows": 1, "min_power": 0.0},
             grafana=grafana_key(fake.url, tags=["ci"]),
         )
         async with running(CanaryRun(rollout, tmp_path / "logs")) as run:
