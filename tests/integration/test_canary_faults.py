@@ -19,6 +19,8 @@ import pytest
 
 from specguard.canary.judge.policy import analysis_policy, samples_by_segment
 from specguard.canary.judge.window import analyse_window
+from specguard.errors import ServerError
+from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, wait_until, write_rollout
 
 # 8 chunks of 20 ms after a 40 ms TTFT: a request takes ~0.2 s; with 12% log-normal noise on every gap
@@ -357,3 +359,19 @@ async def test_hooks_get_metacharacters_literally_and_a_failing_hook_is_reported
     assert [h.details["exit_code"] for h in hooks] == [0, 5]
     assert "unit not found" in hooks[1].details["stderr"]
     assert any("FAILED" in line for line in run.lines), "a failing hook is reported loudly"
+
+
+async def test_a_pool_that_does_not_answer_is_refused_before_the_first_weight(scripted, tmp_path: Path) -> None:
+    """Issue 28: with a pool unreachable ``canary run`` started and served errors; now it stops at start (exit 4 via
+    ServerError) naming the pool, and the state file records no start."""
+    base = scripted(**NOISY)
+    nobody = f"http://127.0.0.1:{free_port()}"
+    rollout = write_rollout(tmp_path, {"baseline": [base.base_url], "candidate": [nobody]})
+    run = CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False)
+    run.start()
+    assert run.task is not None
+    with pytest.raises(
+        ServerError, match=rf"the candidate pool does not answer on any of its servers: {nobody} \(/v1/models: .*refused"
+    ):
+        await asyncio.wait_for(run.task, 30)
+    assert not Path(run.rollout.state.path).exists() or run.events("started") == []

@@ -22,6 +22,7 @@ from specguard.canary.judge.histogram_judge import HISTOGRAM_DEFINITIONS
 from specguard.canary.report import read_canary_report_data
 from specguard.canary.routers.haproxy import HAProxyRouter
 from specguard.canary.spec.rollout import load_rollout
+from specguard.errors import RuntimeFailure
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, wait_until
@@ -157,3 +158,20 @@ async def test_an_equal_candidate_behind_haproxy_is_promoted_and_haproxy_carries
     assert [e.decision for e in run.events("decision")].count("advance") == 1
     assert all(w.details["analysis"]["source"] == "server_histograms" for w in run.events("window"))
     assert tally.failed == 0, tally.errors[:3]
+
+
+async def test_a_wrong_runtime_socket_exits_without_a_state_that_claims_a_start(
+    scripted: Any, socket_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 28: the engine never confirmed the first weights, so the state file records no start (it said "started
+    at 25 %" with no weight applied)."""
+    pools = {"baseline": scripted(**NOISY), "candidate": scripted(**NOISY)}
+    path = haproxy_rollout(tmp_path, socket_dir / "no-such.sock", pools)
+    run = CanaryRun(path, tmp_path / "logs", exit_when_finished=False)
+    run.start()
+    assert run.task is not None
+    with pytest.raises(RuntimeFailure, match="no-such.sock"):
+        await asyncio.wait_for(run.task, 30)
+    with run.store() as store:
+        assert store.load_state() is None
+        assert store.events() == []

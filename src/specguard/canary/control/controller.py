@@ -119,7 +119,20 @@ class CanaryController:
             state = ControllerState(step=0, percent=self.rule.steps[0].percent, step_started_unix=now, updated_unix=now)
         else:
             state = state.model_copy(update={"updated_unix": now})
-        self._apply_weights_at_start(state)
+        self._started = (resumed, now)
+        if self.traffic.immediate:
+            self.traffic.set_weights_now(*self._shares(state), state.step)
+            self._record_start(state)
+        else:
+            # An engine confirms the first weights only when ``run`` awaits them: nothing is written to the state
+            # before that (issue 28: a wrong socket path left a state file saying "started at 25 %").
+            self._weights_pending = True
+        if state.status in ("promoted", "rolled_back"):
+            self.finished.set()
+        return state
+
+    def _record_start(self, state: ControllerState) -> None:
+        resumed, now = self._started
         self._decided(
             state,
             "started",
@@ -129,9 +142,6 @@ class CanaryController:
             details={"resumed": resumed, "status": state.status},
             from_percent=state.percent,
         )
-        if state.status in ("promoted", "rolled_back"):
-            self.finished.set()
-        return state
 
     def _decided(
         self,
@@ -170,13 +180,6 @@ class CanaryController:
         cand = state.percent / 100.0
         control = cand if self.has_control and state.status in ("running", "paused") and cand < 1.0 else 0.0
         return cand, control
-
-    def _apply_weights_at_start(self, state: ControllerState) -> None:
-        """At construction: the proxy's shares at once; an engine's when ``run`` starts (it must be awaited)."""
-        if self.traffic.immediate:
-            self.traffic.set_weights_now(*self._shares(state), state.step)
-        else:
-            self._weights_pending = True
 
     async def _apply_weights(self, state: ControllerState) -> None:
         await self.traffic.set_weights(*self._shares(state), state.step)
@@ -231,6 +234,7 @@ class CanaryController:
         if self._weights_pending:
             await self._apply_weights(self.state)
             self._weights_pending = False
+            self._record_start(self.state)
         await self.evidence.begin(self.clock())
         window_start = self.clock()
         window_t0 = loop.time()
@@ -277,7 +281,10 @@ class CanaryController:
         return self.state.status
 
     def on_stopped(self, still_in_flight: int) -> None:
-        """After the proxy drained: write what finished meanwhile, save the state, and log the stop."""
+        """After the proxy drained: write what finished meanwhile, save the state, and log the stop. Nothing when the
+        engine never confirmed the first weights: the state file must not claim a start that did not happen."""
+        if self._weights_pending:
+            return
         self._flush()
         self.state.updated_unix = self.clock()
         self.store.save_state(self.state)

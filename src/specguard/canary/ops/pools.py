@@ -9,7 +9,9 @@ is taken once, at start, for the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,9 @@ from specguard.errors import ServerError
 from specguard.vllm.process import ManagedServer, ServerStartError
 from specguard.vllm.urls import server_root
 
-__all__ = ["StartedPools", "start_pools"]
+__all__ = ["HEALTH_TIMEOUT_S", "StartedPools", "check_pools_answer", "start_pools"]
+
+HEALTH_TIMEOUT_S = 3.0  # per server and path: a healthy vLLM answers /health in milliseconds
 
 POOL_NAMES: tuple[PoolName, ...] = ("baseline", "candidate", "control")
 
@@ -43,6 +47,36 @@ def _pools(rollout: Rollout) -> dict[PoolName, Pool]:
     if rollout.pools.control is not None:
         out["control"] = rollout.pools.control
     return out
+
+
+def _answer(root: str) -> str | None:
+    """None when the server answers 200 on ``/health`` or ``/v1/models``; else why not (the last path's error)."""
+    why = ""
+    for path in ("/health", "/v1/models"):
+        try:
+            with urllib.request.urlopen(f"{root}{path}", timeout=HEALTH_TIMEOUT_S) as resp:  # noqa: S310  the rollout's own URL
+                if resp.status == 200:
+                    return None
+                why = f"{path}: HTTP {resp.status}"
+        except urllib.error.HTTPError as exc:
+            why = f"{path}: HTTP {exc.code}"
+        except (OSError, ValueError) as exc:
+            why = f"{path}: {getattr(exc, 'reason', None) or exc}"
+    return why
+
+
+def check_pools_answer(pools: Mapping[PoolName, list[str]], log: Callable[[str], None]) -> None:
+    """Every pool has a server that answers before the first weight is set: a ServerError (exit 4) naming a pool none
+    of whose servers answer, a warning for a server that does not while others of its pool do. Before issue 28,
+    ``canary run`` with both pools unreachable started, served errors and said "INCONCLUSIVE" every window."""
+    with ThreadPoolExecutor(max(1, sum(len(v) for v in pools.values()))) as ex:
+        answers = {name: list(ex.map(_answer, servers)) for name, servers in pools.items()}
+    for name, servers in pools.items():
+        silent = [f"{url} ({why})" for url, why in zip(servers, answers[name], strict=True) if why is not None]
+        if servers and len(silent) == len(servers):
+            raise ServerError(f"the {name} pool does not answer on any of its servers: {'; '.join(silent)}")
+        for line in silent:
+            log(f"warning: a server of the {name} pool does not answer: {line}")
 
 
 def start_pools(rollout: Rollout, log_dir: Path, log: Callable[[str], None]) -> StartedPools:
@@ -86,9 +120,9 @@ def start_pools(rollout: Rollout, log_dir: Path, log: Callable[[str], None]) -> 
             started.inventories[name] = from_spec(server.spec, inspect_server(server.base_url), f"canary {name} pool").model_dump(
                 mode="json"
             )
-    for name, pool in pools.items():
-        if name in started.upstreams:
-            continue
+    given = {name: pool for name, pool in pools.items() if name not in started.upstreams}
+    check_pools_answer({name: [server_root(s.base_url) for s in pool.servers] for name, pool in given.items()}, log)
+    for name, pool in given.items():
         started.upstreams[name] = [
             Upstream(server_root(s.base_url), s.metrics_url or f"{server_root(s.base_url)}/metrics") for s in pool.servers
         ]
