@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -19,6 +20,7 @@ import pytest
 
 from specguard.canary.judge.policy import analysis_policy, samples_by_segment
 from specguard.canary.judge.window import analyse_window
+from specguard.canary.proxy.server import CUT_AT_SHUTDOWN
 from specguard.errors import ServerError
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, wait_until, write_rollout
@@ -375,3 +377,24 @@ async def test_a_pool_that_does_not_answer_is_refused_before_the_first_weight(sc
     ):
         await asyncio.wait_for(run.task, 30)
     assert not Path(run.rollout.state.path).exists() or run.events("started") == []
+
+
+async def test_streams_still_in_flight_at_the_drain_deadline_are_cut_there_and_counted(scripted, tmp_path: Path) -> None:
+    """Issue 28: SIGTERM with a 1 s drain and 5 s streams: the streams are cut at the deadline (not at twice it),
+    recorded as cut at shutdown (an error of neither pool), and the ``stopped`` event counts them."""
+    slow = {"ttft_ms": 20.0, "interval_ms": 50.0, "chunks": 100}
+    rollout = write_rollout(tmp_path, {"baseline": [scripted(**slow).base_url], "candidate": [scripted(**slow).base_url]})
+    async with running(CanaryRun(rollout, tmp_path / "logs", exit_when_finished=False, drain_s=1.0)) as run:
+        load = asyncio.ensure_future(drive(run.url, requests=6, concurrency=6, max_tokens=100))
+        await asyncio.sleep(1.0)
+        stopping = time.monotonic()
+        await run.stopped()
+        stop_took = time.monotonic() - stopping
+        tally = await load
+    [stopped] = run.events("stopped")
+    with run.store() as store:
+        cut = [r for r in store.requests() if r.error == CUT_AT_SHUTDOWN]
+    assert tally.failed == 6 and len(cut) == 6 and all(r.client_disconnected for r in cut)
+    assert stopped.details["cut_at_shutdown"] == 6 and "6 stream(s) cut at shutdown" in stopped.reasons[0]
+    # The streams had 4 s left: the stop ended at the 1 s deadline, well before they would have finished.
+    assert stop_took < 3.0, stop_took

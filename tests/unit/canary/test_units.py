@@ -288,7 +288,9 @@ def test_fleet_controller_and_runbook(tmp_path: Path, fleet_vllm: Path, specguar
     out = tmp_path / "units"
     write_units(rollout, FLEET, out, UnitOptions(vllm_bin=fleet_vllm, specguard_bin=specguard_bin, working_dir=tmp_path))
     controller = (out / CONTROLLER_UNIT).read_text()
-    assert argv_of(controller) == [str(specguard_bin), "canary", "run", str(FLEET)]
+    # The drain deadline is derived from the stop timeout (300 s): 270 s for the streams, 30 s to write and stop.
+    assert argv_of(controller) == [str(specguard_bin), "canary", "run", str(FLEET), "--drain-s", "270"]
+    assert settings(controller, "TimeoutStopSec") == ["300"]
     assert settings(controller, "KillSignal") == ["SIGTERM"]
     assert settings(controller, "EnvironmentFile") == []  # the fleet's token is a file the controller reads
     runbook = (out / RUNBOOK).read_text()

@@ -280,7 +280,7 @@ class CanaryController:
         self.store.save_state(self.state)
         return self.state.status
 
-    def on_stopped(self, still_in_flight: int) -> None:
+    def on_stopped(self, still_in_flight: int, *, cut_at_shutdown: int = 0, drain_s: float | None = None) -> None:
         """After the proxy drained: write what finished meanwhile, save the state, and log the stop. Nothing when the
         engine never confirmed the first weights: the state file must not claim a start that did not happen."""
         if self._weights_pending:
@@ -288,18 +288,20 @@ class CanaryController:
         self._flush()
         self.state.updated_unix = self.clock()
         self.store.save_state(self.state)
-        why = (
-            f"stopped; {still_in_flight} stream(s) still in flight at the drain deadline"
-            if still_in_flight
-            else "stopped; no stream in flight"
-        )
+        deadline = "" if drain_s is None else f" (drain deadline {drain_s:g} s)"
+        if cut_at_shutdown:
+            why = f"stopped; {cut_at_shutdown} stream(s) cut at shutdown{deadline}, an error of neither pool"
+        elif still_in_flight:
+            why = f"stopped; {still_in_flight} stream(s) still in flight at the drain deadline{deadline}"
+        else:
+            why = f"stopped; no stream in flight{deadline}"
         self.store.append_event(
             "stopped",
             time=self.clock(),
             step=self.state.step,
             percent=self.state.percent,
             reasons=[why],
-            details={"still_in_flight": still_in_flight},
+            details={"still_in_flight": still_in_flight, "cut_at_shutdown": cut_at_shutdown, "drain_s": drain_s},
         )
 
     async def _close_window(self, start: float, end: float) -> None:

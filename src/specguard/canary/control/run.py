@@ -152,15 +152,19 @@ async def run_canary(
         try:
             status = await controller.run(stop, exit_when_finished=exit_when_finished)
         finally:
-            # Stop taking requests, let those in flight finish (the runner's shutdown timeout), then write.
+            # Stop taking requests, let those in flight finish up to the one drain deadline (the runner's shutdown
+            # timeout: aiohttp cancels what is left then, recorded as cut at shutdown), then write. Before issue 28 a
+            # second drain_s followed the runner's, and streams were cut at twice the deadline.
+            deadline = loop.time() + drain_s
+            proxy.begin_shutdown()
             await proxy_runner.cleanup()
-            still = await proxy.drain(drain_s)
+            still = await proxy.drain(max(0.0, deadline - loop.time()))
             await admin_runner.cleanup()
             await proxy.close()
             await evidence.close()
             if annotations is not None:
                 await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
-            controller.on_stopped(still)
+            controller.on_stopped(still, cut_at_shutdown=proxy.cut_at_shutdown, drain_s=drain_s)
         return CanaryOutcome(status=status, interrupted=stop.is_set())
     finally:
         if annotations is not None:

@@ -141,6 +141,14 @@ class UnitSet:
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
 
+def unit_drain_s(options: UnitOptions) -> float:
+    """The controller's ``--drain-s``, derived from the unit's ``TimeoutStopSec`` (``drain_timeout_s``): the streams'
+    deadline leaves a tenth (at least 10 s) for writing the state and stopping launched pools before systemd's
+    SIGKILL. Before issue 28 the unit had TimeoutStopSec=300 and no --drain-s, so 30 s applied."""
+    timeout = math.ceil(options.drain_timeout_s)
+    return float(max(0, timeout - max(10, math.ceil(timeout / 10))))
+
+
 def _url_port(url: str) -> int:
     parts = urlsplit(url)
     return parts.port or (443 if parts.scheme == "https" else 80)
@@ -362,7 +370,7 @@ def plan_units(rollout: Rollout, rollout_path: Path, options: UnitOptions) -> Un
     controller = ControllerUnit(
         unit=CONTROLLER_UNIT,
         rollout_name=rollout.name,
-        argv=(str(_specguard_bin(options)), "canary", "run", str(rollout_path)),
+        argv=(str(_specguard_bin(options)), "canary", "run", str(rollout_path), "--drain-s", f"{unit_drain_s(options):g}"),
         working_dir=str(working_dir),
         env_file=str(options.controller_env_file) if rollout.admin.token_env else None,
         token_env=rollout.admin.token_env,

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 # aiohttp's default request limit is 1 MiB; a long-context chat request is larger. vLLM itself sets none.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 CLIENT_GONE = "client disconnected before the response finished"
+# A stream still in flight when the drain deadline passed at shutdown: cut by specguard, an error of neither pool
+# (counted like a client that went away, so no pool is judged on it), and counted in the ``stopped`` event.
+CUT_AT_SHUTDOWN = "cut at shutdown: the drain deadline passed with the stream in flight"
 # Young collections every 50,000 allocations net instead of 700: each request allocates thousands of short-lived
 # objects (records, parsed chunks), so the default runs a collection every few chunks across 256 streams.
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -136,6 +139,8 @@ class CanaryProxy:
         self._capture = CaptureWriter(capture) if capture is not None else None
         self._client = UpstreamClient()
         self._handling = 0
+        self.shutting_down = False  # set by begin_shutdown: a handler cancelled from now on was cut by the drain
+        self.cut_at_shutdown = 0
         self._idle = asyncio.Event()
         self._idle.set()
         # attempts done, not yet measured, each with the time.monotonic() it was queued at
@@ -175,6 +180,10 @@ class CanaryProxy:
 
     def in_flight(self) -> dict[PoolName, int]:
         return {name: sum(self._server_in_flight[s.base_url] for s in servers) for name, servers in self.pools.items()}
+
+    def begin_shutdown(self) -> None:
+        """From now on a handler that is cancelled was cut by the drain deadline, not left by its client."""
+        self.shutting_down = True
 
     async def drain(self, deadline_s: float) -> int:
         """Wait until no request is being handled, or ``deadline_s`` seconds; how many were still in flight."""
@@ -275,8 +284,12 @@ class CanaryProxy:
                 current, number = self._start("baseline", avoid), 2
                 response = await self._exchange(request, current, send, retry=False)
         except asyncio.CancelledError:
-            # The client went away (aiohttp cancelled the handler); leaving closed the upstream response.
+            # The client went away (aiohttp cancelled the handler), or the drain deadline passed at shutdown;
+            # leaving closed the upstream response.
             current.client_disconnected = True
+            if self.shutting_down and current.res.error is None:
+                current.res.error = CUT_AT_SHUTDOWN
+                self.cut_at_shutdown += 1
             current.res.error = current.res.error or CLIENT_GONE
             self._finish(current)
             self._defer((head, current, number, False, None))
