@@ -105,3 +105,37 @@ def inspect_page(page: Path, probe: str, screenshot: Path) -> dict[str, Any]:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# For each class list: an element with those classes is added to the page, and its computed text colour and the
+# first non-transparent background up its ancestors (white at the top) are read, then it is removed.
+CONTRAST_PROBE = """((classLists) => classLists.map(classes => {
+  const el = document.createElement('div');
+  el.className = classes;
+  el.textContent = 'sample';
+  document.body.appendChild(el);
+  const color = getComputedStyle(el).color;
+  let bg = 'rgb(255, 255, 255)';
+  for (let node = el; node; node = node.parentElement) {
+    const b = getComputedStyle(node).backgroundColor;
+    if (b && b !== 'transparent' && !b.startsWith('rgba(0, 0, 0, 0')) { bg = b; break; }
+  }
+  el.remove();
+  return [classes, color, bg];
+}))(CLASSES)"""
+
+
+def _luminance(rgb: str) -> float:
+    channels = [int(c) / 255 for c in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3]]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast_ratio(foreground: str, background: str) -> float:
+    """WCAG 2.x contrast ratio of two computed ``rgb(...)`` colours: (L1 + 0.05) / (L2 + 0.05), lighter first."""
+    a, b = sorted((_luminance(foreground), _luminance(background)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def contrast_probe(class_lists: list[str]) -> str:
+    return CONTRAST_PROBE.replace("CLASSES", json.dumps(class_lists))

@@ -13,10 +13,11 @@ from pathlib import Path
 from specguard.check.report import build_report_data, write_outputs
 from specguard.report.html import CHART_IDS
 from specguard.results.check_dir import CheckDir
-from tests.browser import inspect_page
+from tests.browser import contrast_probe, contrast_ratio, inspect_page
 from tests.unit.report.test_greedy_gpu_report import add_gpu_samples, add_outputs
 from tests.unit.report.test_report import make_check
 
+CONTRAST_CLASSES = ["banner GO", "banner NO-GO", "banner INCONCLUSIVE", "banner simulated", "better", "worse", "inconclusive"]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 
 PROBE = """(() => {
@@ -37,6 +38,7 @@ PROBE = """(() => {
     greedy_rows: Array.from(document.querySelectorAll('#greedy-outputs tr')).map(r => r.innerText),
     gpu_rows: Array.from(document.querySelectorAll('#gpu-figures tr')).map(r => r.innerText),
     gpu_notes: (document.getElementById('gpu-notes') || {innerText: ''}).innerText,
+    contrast: CONTRAST,
   };
 })()"""
 
@@ -50,7 +52,8 @@ def test_the_check_report_draws_its_charts_in_chromium_offline(tmp_path):
     forest = data.charts.forest
     assert forest is not None
     shot = tmp_path / "report-check.png"
-    page = inspect_page(CheckDir(out).report_html, PROBE.replace("IDS", json.dumps(list(CHART_IDS))), shot)
+    probe = PROBE.replace("IDS", json.dumps(list(CHART_IDS))).replace("CONTRAST", contrast_probe(CONTRAST_CLASSES))
+    page = inspect_page(CheckDir(out).report_html, probe, shot)
     assert page["errors"] == []
     p = page["probe"]
     drawn = dict(p["drawn"])
@@ -68,5 +71,8 @@ def test_the_check_report_draws_its_charts_in_chromium_offline(tmp_path):
     assert "candidate: not available: NVML not available" in p["gpu_notes"]
     assert shot.stat().st_size > 20_000
     assert all(url.startswith(("file:", "data:", "about:")) for url in page["requests"]), page["requests"]
+    # Every verdict banner and verdict word meets WCAG AA, 4.5:1 (INCONCLUSIVE's orange had 3.1:1: issue 28).
+    ratios = {classes: contrast_ratio(fg, bg) for classes, fg, bg in p["contrast"]}
+    assert all(r >= 4.5 for r in ratios.values()), ratios
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copy(shot, ARTIFACTS / "report-check.png")
