@@ -222,7 +222,8 @@ def summary(
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.report.terminal import print_summaries
     from specguard.results.csv_export import summary_csv
-    from specguard.results.store import dumps, load_or_recompute_summary
+    from specguard.results.run_dir import load_or_recompute_summary
+    from specguard.results.store import dumps
 
     summ = load_or_recompute_summary(run_dir)
     if csv_out:

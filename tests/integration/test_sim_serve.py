@@ -24,7 +24,7 @@ import pytest
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.server_metrics.parse import parse_metrics_text
 from specguard.sim.marker import SIM_HEADER, is_simulated_version
 from specguard.sim.run import SimRequest, build_arm

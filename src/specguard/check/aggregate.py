@@ -13,7 +13,7 @@ from specguard.check.outputs import cell_equivalence
 from specguard.check.plan import CheckPlan, TrafficLevel, plan_cells
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import RequestRecord, Summary
-from specguard.results.store import load_run, load_summary
+from specguard.results.run_dir import load_run, load_summary
 from specguard.verdict import CellComparison, OneArmCell
 from specguard.verdict.level_guards import LEVEL_PERCENTILES
 from specguard.verdict.model import LevelComparison

@@ -47,7 +47,7 @@ from specguard.loadgen.prompts import PromptSet
 from specguard.results.check_dir import CheckDir
 from specguard.results.foreign.load import load_any_run, split_selector
 from specguard.results.foreign.run import ImportedBaseline, LoadedRun
-from specguard.results.store import REQUESTS_FILE, RUN_FILE, SUMMARY_FILE, load_run, write_json_atomic
+from specguard.results.run_dir import RunDir, load_run
 
 __all__ = [
     "BASELINE_REPETITION",
@@ -154,7 +154,7 @@ def _absolute(arg: str) -> str:
 def _sha256(run: LoadedRun) -> str:
     """The content imported: a file's bytes, or a run directory's run.json and requests.jsonl."""
     path, index = split_selector(run.name)
-    files = [path / RUN_FILE, path / REQUESTS_FILE] if path.is_dir() else [path]
+    files = list(RunDir(path).content) if path.is_dir() else [path]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())
@@ -167,7 +167,7 @@ def write_baselines(d: CheckDir, baselines: dict[str, Baseline]) -> None:
     """Each imported run as the baseline's repetition 1 of its cell; one written before (a resumed check) is kept."""
     for key, b in baselines.items():
         target = d.run_dir("baseline", BASELINE_REPETITION, key)
-        if (target / SUMMARY_FILE).exists():
+        if RunDir(target).has_summary():
             continue
         staging = target.with_name(target.name + ".importing")
         if staging.exists():
@@ -176,9 +176,10 @@ def write_baselines(d: CheckDir, baselines: dict[str, Baseline]) -> None:
             shutil.copytree(split_selector(b.run.name)[0], staging)
         else:
             staging.mkdir(parents=True)
-            write_json_atomic(staging / RUN_FILE, b.run.info)
-            (staging / REQUESTS_FILE).write_text("".join(r.model_dump_json() + "\n" for r in b.run.records), encoding="utf-8")
-            write_json_atomic(staging / SUMMARY_FILE, summarize(b.run.records, [], slo=None))
+            run = RunDir(staging)
+            run.write_run(b.run.info)
+            run.write_records(b.run.records)
+            run.write_summary(summarize(b.run.records, [], slo=None))
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)

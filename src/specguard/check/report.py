@@ -32,8 +32,8 @@ from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
 from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.models import RunInfo
-from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
+from specguard.results.run_dir import RunDir, load_or_recompute_summary
+from specguard.results.store import read_json
 from specguard.sim.marker import is_simulated_version
 from specguard.verdict import decide
 from specguard.verdict.load_range import help_hurt_lines
@@ -98,7 +98,7 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     for arm, inv in record.inventory.items():
         runs = CheckDir(out).arm_runs(arm)
         if runs:
-            info = read_json(runs[0] / RUN_FILE, RunInfo)
+            info = RunDir(runs[0]).info()
             cache = info.cache_config or {}
             update: dict[str, object] = {
                 "vllm_version": info.server_version,
@@ -220,8 +220,8 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         for run_dir in CheckDir(out).arm_runs(arm):
             summary = load_or_recompute_summary(run_dir)
             runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
-            if (run_dir / RUN_FILE).exists():
-                simulated = simulated or is_simulated_version(read_json(run_dir / RUN_FILE, RunInfo).server_version)
+            if RunDir(run_dir).is_run():
+                simulated = simulated or is_simulated_version(RunDir(run_dir).info().server_version)
     return PartialReport(
         plan=record.plan.name,
         plan_path=record.plan_path,

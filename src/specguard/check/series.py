@@ -26,7 +26,7 @@ from specguard.report.data import (
     LoadSeries,
 )
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.store import load_gpu_samples, load_run, load_summary
+from specguard.results.run_dir import load_gpu_samples, load_run, load_summary
 from specguard.verdict import CellComparison, crossover_brackets
 
 MAX_ITL_POINTS = 20000  # more per-token values only make the report's data heavier

@@ -1,6 +1,6 @@
 """File formats of a run directory: one pydantic model per file, each with a schema version.
 
-A run directory holds:
+A run directory holds (``run_dir.RunDir`` names the files):
   run.json             RunInfo          what was run, against what, when
   requests.jsonl       RequestRecord    one line per measured request, flushed as each finishes
   server_metrics.jsonl MetricsSample    one line per /metrics scrape (or failed scrape)
@@ -24,7 +24,6 @@ METRICS_SCHEMA: Final = "specguard.server_metrics/1"
 SUMMARY_SCHEMA: Final = "specguard.summary/1"
 GPU_SCHEMA: Final = "specguard.gpu_metrics/1"
 OUTPUT_SCHEMA: Final = "specguard.output/1"
-OUTPUTS_FILE: Final = "outputs.jsonl"
 
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 

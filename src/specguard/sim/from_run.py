@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from specguard.errors import InputFileError
 from specguard.results.models import Summary
-from specguard.results.store import load_or_recompute_summary, load_run
+from specguard.results.run_dir import load_or_recompute_summary, load_run
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from specguard.report.numbers import fmt, fmt_percent, fmt_range
 from specguard.report.verdict_terminal import render_terminal
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
-from specguard.results.store import RunWriter
+from specguard.results.run_dir import RunWriter
 
 PLAN = {
     "name": "t",
