@@ -348,13 +348,13 @@ def check(
     from specguard.check.baseline import cells_of_arguments
     from specguard.check.dry_run import dry_run as plan_dry_run
     from specguard.check.dry_run import render_dry_run
+    from specguard.check.launchers.simulated import sim_launcher, uses_sim
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
     from specguard.check.requirements import plan_warnings
     from specguard.check.runner import run_check
     from specguard.embedded.launch import embedded_launcher
     from specguard.loadgen.extras import parse_labels
-    from specguard.sim.launch import sim_launcher, uses_sim
 
     plan = load_plan(plan_path)
     if keep_output:

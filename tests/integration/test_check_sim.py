@@ -13,7 +13,7 @@ from specguard.results.check_dir import CheckDir
 from specguard.results.models import RunInfo, Summary
 from specguard.results.run_dir import RunDir
 from specguard.results.store import read_json
-from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
+from specguard.simulated import SIMULATED_SERVER_BANNER, is_simulated_version
 
 ROOT = Path(__file__).resolve().parents[2]
 # An 8B model on one H100 with n-gram speculation at high acceptance: both arms far from any limit, 20 requests each.

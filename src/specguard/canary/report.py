@@ -28,6 +28,7 @@ from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
 from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.canary.rollout import Rollout
 from specguard.errors import OutputExistsError, OutputWriteError
+from specguard.number_format import fmt, fmt_percent
 from specguard.report.canary_data import (
     CanaryReportData,
     DecisionRow,
@@ -40,7 +41,6 @@ from specguard.report.canary_data import (
 )
 from specguard.report.canary_html import render_canary_html
 from specguard.report.canary_markdown import render_canary_markdown
-from specguard.report.numbers import fmt, fmt_percent
 
 __all__ = [
     "CANARY_DEFINITIONS",

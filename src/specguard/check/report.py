@@ -34,7 +34,7 @@ from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.run_dir import RunDir, load_or_recompute_summary
 from specguard.results.store import read_json
-from specguard.sim.marker import is_simulated_version
+from specguard.simulated import is_simulated_version
 from specguard.verdict import decide
 from specguard.verdict.load_range import help_hurt_lines
 from specguard.verdict.model import SINGLE_LOOK, Look, LookRecord

@@ -48,7 +48,7 @@ from specguard.results.store import JsonlAppender, read_jsonl
 from specguard.server_metrics.gpu import gpu_source
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import auth_headers, inspect_server
-from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
+from specguard.simulated import SIMULATED_SERVER_BANNER, is_simulated_version
 from specguard.validation import HttpUrl
 from specguard.vllm.urls import endpoint_url, server_root
 

@@ -11,10 +11,10 @@ import html
 
 from pydantic import BaseModel
 
+from specguard.number_format import fmt
 from specguard.report.markdown import simulated_lines
-from specguard.report.numbers import fmt
 from specguard.results.models import Percentiles, Summary
-from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
+from specguard.simulated import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 
 class PartialRun(BaseModel):

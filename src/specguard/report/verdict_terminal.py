@@ -15,7 +15,7 @@ from specguard.report.data import VerdictFile
 from specguard.report.forest import deciding_cells
 from specguard.report.greedy_table import equivalence_line
 from specguard.report.reasons import reason_groups
-from specguard.sim.marker import SIMULATED_SERVER_BANNER
+from specguard.simulated import SIMULATED_SERVER_BANNER
 from specguard.verdict.model import LookRecord
 from specguard.verdict.reason_groups import ReasonGroup
 

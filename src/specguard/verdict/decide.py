@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import higher_utilisation_warning
-from specguard.report.numbers import fmt_change, fmt_ratio_ci
+from specguard.number_format import fmt_change, fmt_ratio_ci
 from specguard.verdict.budget_tests import GO_SIDE_ALPHA, holm, ratio_lower, ratio_upper
 from specguard.verdict.cell_guards import cell_guard_tests
 from specguard.verdict.guards import GuardTest, equivalence_warnings

@@ -23,9 +23,9 @@ from specguard.canary.records import CanaryEvent, ControllerState, ProxiedReques
 from specguard.canary.report import build_canary_report_data, write_canary_report
 from specguard.canary.rollout import Rollout
 from specguard.errors import OutputExistsError
+from specguard.number_format import fmt, fmt_percent
 from specguard.report.canary_html import CHART_IDS, render_canary_html
 from specguard.report.canary_markdown import render_canary_markdown
-from specguard.report.numbers import fmt, fmt_percent
 from tests.browser import inspect_page
 from tests.unit.canary.test_analysis import one_segment, pool
 

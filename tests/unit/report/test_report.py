@@ -13,9 +13,9 @@ from specguard.analysis.summarize import summarize
 from specguard.check.plan import CheckPlan
 from specguard.check.record import CheckRecord
 from specguard.check.report import build_report_data, write_outputs
+from specguard.number_format import fmt, fmt_percent, fmt_range
 from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
-from specguard.report.numbers import fmt, fmt_percent, fmt_range
 from specguard.report.verdict_terminal import render_terminal
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides

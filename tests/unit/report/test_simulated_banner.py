@@ -12,7 +12,7 @@ from specguard.report.html import render_html
 from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, render_partial_html, render_partial_markdown
 from specguard.report.verdict_terminal import render_terminal
-from specguard.sim.marker import SIMULATED_SERVER_BANNER
+from specguard.simulated import SIMULATED_SERVER_BANNER
 from tests.unit.report.test_report import make_check
 
 
