@@ -220,9 +220,9 @@ def summary(
     csv_out: Annotated[bool, typer.Option("--csv", help="Print the summary as CSV (one row per metric).")] = False,
 ) -> None:
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
+    from specguard.loadgen.run_summary import load_or_recompute_summary
     from specguard.report.terminal import print_summaries
     from specguard.results.csv_export import summary_csv
-    from specguard.results.run_dir import load_or_recompute_summary
     from specguard.results.store import dumps
 
     summ = load_or_recompute_summary(run_dir)
@@ -348,12 +348,12 @@ def check(
     from specguard.check.baseline import cells_of_arguments
     from specguard.check.dry_run import dry_run as plan_dry_run
     from specguard.check.dry_run import render_dry_run
+    from specguard.check.launchers.embedded import embedded_launcher
     from specguard.check.launchers.simulated import sim_launcher, uses_sim
     from specguard.check.plan import load_plan
     from specguard.check.report import write_outputs
     from specguard.check.requirements import plan_warnings
     from specguard.check.runner import run_check
-    from specguard.embedded.launch import embedded_launcher
     from specguard.loadgen.extras import parse_labels
 
     plan = load_plan(plan_path)

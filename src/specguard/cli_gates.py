@@ -171,7 +171,7 @@ def inventory(
     """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
         return
-    from specguard.inventory.request import InventoryRequest, build_inventory
+    from specguard.inventory.request import InventoryRequest, PlanArm, build_inventory
 
     request = InventoryRequest(
         url=url,
@@ -186,7 +186,12 @@ def inventory(
         out_path=out_path,
         force=force,
     )
-    inv = build_inventory(request)
+    resolve: PlanArm | None = None
+    if plan_path is not None:  # the check side and the embedded runtime are heavy: imported only with --plan
+        from specguard.check.launchers.embedded import plan_arm
+
+        resolve = plan_arm
+    inv = build_inventory(request, resolve)
     out_path.write_text(inv.model_dump_json(indent=2))
     err.print(f"wrote {out_path}", highlight=False)
 

@@ -22,6 +22,7 @@ from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
+from specguard.loadgen.run_summary import load_or_recompute_summary
 from specguard.report.cells_csv import cells_csv
 from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
 from specguard.report.forest import REPORT_DEFINITIONS, forest
@@ -32,7 +33,7 @@ from specguard.report.markdown import render_markdown
 from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
 from specguard.report.warning_groups import group_warnings
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.run_dir import RunDir, load_or_recompute_summary
+from specguard.results.run_dir import RunDir
 from specguard.results.store import read_json
 from specguard.simulated import is_simulated_version
 from specguard.verdict import decide

@@ -25,7 +25,6 @@ __all__ = [
     "RunDir",
     "RunWriter",
     "load_gpu_samples",
-    "load_or_recompute_summary",
     "load_run",
     "load_summary",
 ]
@@ -109,23 +108,6 @@ class RunDir:
             raise RunDirError(f"{self.root}: not a directory; expected a run directory written by 'specguard bench'")
         return self.info(), self.records(), self.metrics()
 
-    def summary_or_recomputed(self) -> Summary:
-        """summary.json, or, for a run killed before it wrote one, the summary recomputed from its records, marked incomplete."""
-        from specguard.analysis.summarize import summarize
-
-        if not self.root.is_dir():
-            raise RunDirError(
-                f"{self.root}: run directory not found" if not self.root.exists() else f"{self.root}: not a directory"
-            )
-        if self.has_summary():
-            return self.summary()
-        if not self.requests_jsonl.exists():
-            raise RunDirError(f"{self.root}: not a run directory (no {self.SUMMARY} and no {self.REQUESTS})")
-        info, records, samples = self.load()
-        records.sort(key=lambda r: r.seq)
-        gpu = self.gpu_samples()
-        return summarize(records, samples, interrupted=info.interrupted, incomplete=True, slo=info.slo, gpu_samples=gpu)
-
     def write_run(self, info: RunInfo) -> None:
         write_json_atomic(self.run_json, info)
 
@@ -172,7 +154,3 @@ def load_gpu_samples(run_dir: Path) -> list[GpuSample]:
 
 def load_summary(run_dir: Path) -> Summary:
     return RunDir(run_dir).summary()
-
-
-def load_or_recompute_summary(run_dir: Path) -> Summary:
-    return RunDir(run_dir).summary_or_recomputed()
