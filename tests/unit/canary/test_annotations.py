@@ -23,7 +23,7 @@ from specguard.canary.observability.annotations import (
 from specguard.canary.observability.dashboard import dashboard_pin
 from specguard.canary.records import CanaryEvent
 from specguard.canary.rollout import Rollout
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.inventory.model import Inventory, ModelIdentity
 
 V032 = (0, 32, 0)

@@ -27,7 +27,7 @@ from specguard.canary.engines.haproxy import (
 )
 from specguard.canary.engines.haproxy_config import render_haproxy_config, server_address
 from specguard.canary.rollout import DEFAULT_STEPS, Rollout
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.errors import ExitCode, InputFileError, OptionError, RuntimeFailure
 from tests.haproxy_harness import HAPROXY
 

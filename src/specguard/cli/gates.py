@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from specguard.cli_exit import EXIT_CODES_EPILOG
-from specguard.cli_output import err, out
+from specguard.cli.exit import EXIT_CODES_EPILOG
+from specguard.cli.output import err, out
 from specguard.errors import ExitCode
 from specguard.validation import api_key_from_env, input_path, text_option, url_option, version_option
 

@@ -19,8 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
-from specguard.cli_exit import EXIT_CODES_EPILOG
-from specguard.cli_output import err
+from specguard.cli.exit import EXIT_CODES_EPILOG
+from specguard.cli.output import err
 from specguard.errors import ExitCode, Interrupted, OptionError, ServerError
 from specguard.validation import input_path
 

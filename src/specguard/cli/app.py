@@ -1,6 +1,6 @@
 """The ``specguard`` command line. It parses and delegates; the work lives in the subpackages.
 
-Every command ends through ``cli_exit`` (one exit-code table, one error line,
+Every command ends through ``cli.exit`` (one exit-code table, one error line,
 no traceback without ``--debug``); every option is validated by the model the
 library uses, before any request is sent or any file is written.
 """
@@ -19,11 +19,11 @@ import typer
 from rich.console import Console
 
 from specguard import __version__
-from specguard.cli_canary import register as register_canary_commands
-from specguard.cli_exit import EXIT_CODES_EPILOG, SpecguardGroup
-from specguard.cli_gates import register as register_gate_commands
-from specguard.cli_output import err
-from specguard.cli_sim import register as register_sim_commands
+from specguard.cli.canary import register as register_canary_commands
+from specguard.cli.exit import EXIT_CODES_EPILOG, SpecguardGroup
+from specguard.cli.gates import register as register_gate_commands
+from specguard.cli.output import err
+from specguard.cli.sim import register as register_sim_commands
 from specguard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -513,5 +513,5 @@ def embedded_serve(
 
 
 def main() -> None:
-    """The console script: every outcome is mapped to an exit code in ``cli_exit.run_group``."""
+    """The console script: every outcome is mapped to an exit code in ``cli.exit.run_group``."""
     typer.main.get_command(app).main(prog_name="specguard")
