@@ -35,10 +35,10 @@ from specguard.canary.engines.config import (
 )
 from specguard.canary.metrics_config import Metrics, ScrapeMetrics
 from specguard.canary.observability.grafana_config import GrafanaConfig
-from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
 from specguard.validation import HttpUrl
+from specguard.vllm.server_spec import LaunchSpec
 from specguard.yaml_files import load_yaml_model
 
 __all__ = [

@@ -24,9 +24,7 @@ from specguard.models_base import FiniteModel
 from specguard.results.check_dir import cell_key
 from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
-
-# LaunchSpec lives in vllm/ (inventory, embedded and the canary use it without the check); named here as the plan's arm type.
-from specguard.vllm.server_spec import LaunchSpec as LaunchSpec
+from specguard.vllm.server_spec import LaunchSpec
 from specguard.yaml_files import load_yaml_model
 
 
