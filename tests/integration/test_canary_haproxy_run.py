@@ -20,8 +20,8 @@ import yaml
 
 from specguard.canary.engines.haproxy import HAProxyDriver
 from specguard.canary.histogram_judge import HISTOGRAM_DEFINITIONS
-from specguard.canary.report import read_canary_report_data
 from specguard.canary.rollout import load_rollout
+from specguard.report.build.canary import read_canary_report_data
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, wait_until

@@ -23,15 +23,15 @@ from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
 from specguard.loadgen.run_summary import load_or_recompute_summary
-from specguard.report.cells_csv import cells_csv
-from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
-from specguard.report.forest import REPORT_DEFINITIONS, forest
-from specguard.report.gpu_table import GPU_DEFINITIONS
-from specguard.report.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
-from specguard.report.warning_groups import group_warnings
+from specguard.report.build.forest import REPORT_DEFINITIONS, forest
+from specguard.report.build.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
+from specguard.report.build.warning_groups import group_warnings
+from specguard.report.model.data import VERDICT_SCHEMA, ReportData, VerdictFile
+from specguard.report.render.cells_csv import cells_csv
+from specguard.report.render.gpu_table import GPU_DEFINITIONS
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.run_dir import RunDir
 from specguard.results.store import read_json

@@ -15,7 +15,7 @@ from specguard.analysis.compare import metric_values
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import gpu_usage
 from specguard.check.plan import CheckPlan
-from specguard.report.data import (
+from specguard.report.model.data import (
     AcceptanceBars,
     ArmDistribution,
     Charts,

@@ -17,11 +17,11 @@ from specguard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from specguard.loadgen.runner import MatrixProgress
-    from specguard.report.data import VerdictFile
+    from specguard.report.model.data import VerdictFile
 
 
 def _print_verdict(v: VerdictFile, out: Path) -> None:
-    from specguard.report.verdict_terminal import render_terminal
+    from specguard.report.render.verdict_terminal import render_terminal
     from specguard.results.check_dir import CheckDir
 
     Console().print(render_terminal(v, str(CheckDir(out).report_html)), highlight=False)
@@ -30,7 +30,7 @@ def _print_verdict(v: VerdictFile, out: Path) -> None:
 @contextlib.contextmanager
 def _check_progress(quiet: bool) -> Iterator[MatrixProgress | None]:
     """Blocks, runs and requests with ETAs on stderr while a check runs; none when quiet or not a terminal."""
-    from specguard.report.terminal import RichCheckProgress, show_progress
+    from specguard.report.render.terminal import RichCheckProgress, show_progress
 
     if not show_progress(err, quiet):
         yield None

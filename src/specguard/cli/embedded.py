@@ -34,7 +34,7 @@ def embedded_install(
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import ensure_runtime
-    from specguard.report.terminal import StepProgress, show_progress
+    from specguard.report.render.terminal import StepProgress, show_progress
     from specguard.validation import version_option
 
     version_option(version, "--version")

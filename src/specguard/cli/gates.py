@@ -247,7 +247,7 @@ def assess(
     quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
-    from specguard.report.terminal import CountProgress, show_progress
+    from specguard.report.render.terminal import CountProgress, show_progress
     from specguard.workload.assess_request import AssessRequest, run_assessment
     from specguard.workload.render import print_assessment
 

@@ -103,7 +103,7 @@ def bench(
     from specguard.loadgen.request import BenchRequest, openai_env_defaults, raise_for_outcome
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
-    from specguard.report.terminal import RichProgress, print_summaries, show_progress
+    from specguard.report.render.terminal import RichProgress, print_summaries, show_progress
     from specguard.validation import api_key_from_env, given, options
 
     base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
@@ -167,7 +167,7 @@ def summary(
 ) -> None:
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.loadgen.run_summary import load_or_recompute_summary
-    from specguard.report.terminal import print_summaries
+    from specguard.report.render.terminal import print_summaries
     from specguard.results.csv_export import summary_csv
     from specguard.results.store import dumps
 
@@ -195,7 +195,7 @@ def compare(
     benchmarks.json (FILE#N for its N-th benchmark); what their formats cannot carry is listed as warnings.
     """
     from specguard.analysis.compare import compare_loaded
-    from specguard.report.terminal import print_comparison
+    from specguard.report.render.terminal import print_comparison
     from specguard.results.foreign.load import load_any_run
 
     result = compare_loaded(load_any_run(baseline), load_any_run(candidate), seed=seed)

@@ -20,12 +20,12 @@ from specguard.analysis.request_metrics import per_token_itl
 from specguard.canary.analysis import AnalysisPolicy, MetricRule, WindowAnalysis, analyse_window, error_control_text
 from specguard.canary.decision import CriticalEvent, Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
 from specguard.canary.records import CanaryEvent, ControllerState, ProxiedRequest
-from specguard.canary.report import build_canary_report_data, write_canary_report
 from specguard.canary.rollout import Rollout
 from specguard.errors import OutputExistsError
 from specguard.number_format import fmt, fmt_percent
-from specguard.report.canary_html import CHART_IDS, render_canary_html
-from specguard.report.canary_markdown import render_canary_markdown
+from specguard.report.build.canary import build_canary_report_data, write_canary_report
+from specguard.report.render.canary_html import CHART_IDS, render_canary_html
+from specguard.report.render.canary_markdown import render_canary_markdown
 from tests.browser import inspect_page
 from tests.unit.canary.test_analysis import one_segment, pool
 

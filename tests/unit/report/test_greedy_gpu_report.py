@@ -15,13 +15,13 @@ from specguard.analysis.gpu_usage import gpu_usage
 from specguard.check.plan import Equivalence
 from specguard.check.record import CheckRecord
 from specguard.check.report import build_report_data, write_outputs
-from specguard.report.data import ReportData
-from specguard.report.gpu_table import NOT_SAMPLED
-from specguard.report.greedy_table import NO_GREEDY, NO_OUTPUTS, equivalence_line, equivalence_table
-from specguard.report.html import render_html
-from specguard.report.markdown import equivalence_lines, render_markdown
-from specguard.report.terminal import summary_table
-from specguard.report.verdict_terminal import render_terminal
+from specguard.report.build.greedy_table import NO_GREEDY, NO_OUTPUTS, equivalence_line, equivalence_table
+from specguard.report.model.data import ReportData
+from specguard.report.render.gpu_table import NOT_SAMPLED
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import equivalence_lines, render_markdown
+from specguard.report.render.terminal import summary_table
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.results.check_dir import CheckDir, cell_key
 from specguard.results.models import GpuReading, GpuSample, OutputRecord
 from specguard.results.run_dir import RunDir, load_gpu_samples, load_summary

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from specguard.check.report import build_report_data
-from specguard.report.data import ReportData, VerdictFile
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.partial import PartialReport, render_partial_html, render_partial_markdown
-from specguard.report.verdict_terminal import render_terminal
+from specguard.report.model.data import ReportData, VerdictFile
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.partial import PartialReport, render_partial_html, render_partial_markdown
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.simulated import SIMULATED_SERVER_BANNER
 from tests.unit.report.test_report import make_check
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from specguard.check.report import build_report_data
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.verdict_terminal import render_terminal
-from specguard.report.warning_groups import group_warnings, split_where
+from specguard.report.build.warning_groups import group_warnings, split_where
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.verdict_terminal import render_terminal
 from tests.unit.report.test_report import make_check
 
 LAG = "client event-loop lag p99 {v:.1f} ms exceeds 10 ms: the client may be the bottleneck and its timestamps late"

@@ -29,7 +29,7 @@ from specguard.canary.records import CanaryEvent, ControllerState, ProxiedReques
 from specguard.canary.rollout import Rollout
 from specguard.errors import OutputExistsError, OutputWriteError
 from specguard.number_format import fmt, fmt_percent
-from specguard.report.canary_data import (
+from specguard.report.model.canary_data import (
     CanaryReportData,
     DecisionRow,
     HookRow,
@@ -39,8 +39,8 @@ from specguard.report.canary_data import (
     WeightPoint,
     WindowRow,
 )
-from specguard.report.canary_html import render_canary_html
-from specguard.report.canary_markdown import render_canary_markdown
+from specguard.report.render.canary_html import render_canary_html
+from specguard.report.render.canary_markdown import render_canary_markdown
 
 __all__ = [
     "CANARY_DEFINITIONS",

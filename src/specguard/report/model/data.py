@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from specguard.analysis.equivalence import DivergenceStats
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
-from specguard.report.warning_groups import WarningGroup
+from specguard.report.build.warning_groups import WarningGroup
 from specguard.results.foreign.run import ImportedBaseline
 from specguard.results.models import GpuUsage
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName

@@ -12,7 +12,7 @@ import html
 from pydantic import BaseModel
 
 from specguard.number_format import fmt
-from specguard.report.markdown import simulated_lines
+from specguard.report.render.markdown import simulated_lines
 from specguard.results.models import Percentiles, Summary
 from specguard.simulated import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
