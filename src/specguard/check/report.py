@@ -27,11 +27,9 @@ from specguard.report.build.forest import REPORT_DEFINITIONS, forest
 from specguard.report.build.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
 from specguard.report.build.warning_groups import group_warnings
 from specguard.report.model.data import VERDICT_SCHEMA, ReportData, VerdictFile
-from specguard.report.render.cells_csv import cells_csv
+from specguard.report.model.partial import PartialReport, PartialRun
 from specguard.report.render.gpu_table import GPU_DEFINITIONS
-from specguard.report.render.html import render_html
-from specguard.report.render.markdown import render_markdown
-from specguard.report.render.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
+from specguard.report.render.outputs import PARTIAL_OUTPUTS, REPORT_OUTPUTS
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.run_dir import RunDir
 from specguard.results.store import read_json
@@ -188,15 +186,14 @@ def build_report_data(record: CheckRecord, out: Path) -> ReportData:
     return ReportData(verdict=v, charts=drawn, out=str(out))
 
 
-def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:
+def _refuse_existing(paths: Sequence[Path], force: bool) -> None:
     existing = [p.name for p in paths if p.exists()]
     if existing and not force:
         raise OutputExistsError(f"{paths[0].parent}: {', '.join(existing)} already exist; pass --force to rebuild them")
 
 
 def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> VerdictFile:
-    """verdict.json, report.md and report.html of a complete check; existing ones are replaced only with ``force``."""
-    d = CheckDir(out)
+    """verdict.json, report.md, report.html and cells.csv of a complete check; existing ones are replaced only with ``force``."""
     missing = missing_runs(record, out)
     if missing:
         raise UsageError(
@@ -204,12 +201,9 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
             f"{', ...' if len(missing) > 4 else ''}); continue it with 'specguard check "
             f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'"
         )
-    _refuse_existing(d.outputs, force)
+    _refuse_existing(REPORT_OUTPUTS.paths(out), force)
     data = build_report_data(record, out)
-    d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
-    d.report_md.write_text(render_markdown(data))
-    d.report_html.write_text(render_html(data))
-    d.cells_csv.write_text(cells_csv(data.verdict.cells, data.verdict.lines, data.verdict.labels))
+    REPORT_OUTPUTS.write(data, out)  # verdict.json, report.md, report.html, cells.csv: every registered format
     forget_outputs(record.measured_plan, out)  # the comparison is stored; the outputs themselves go unless kept
     return data.verdict
 
@@ -236,9 +230,6 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
 
 def write_partial(record: CheckRecord, out: Path, force: bool = False) -> Path:
     """report-partial.md and report-partial.html: what an interrupted check has, labelled, with no verdict."""
-    d = CheckDir(out)
-    _refuse_existing((d.partial_md, d.partial_html), force)
-    data = partial_report(record, out)
-    d.partial_md.write_text(render_partial_markdown(data))
-    d.partial_html.write_text(render_partial_html(data))
-    return d.partial_html
+    _refuse_existing(PARTIAL_OUTPUTS.paths(out), force)
+    PARTIAL_OUTPUTS.write(partial_report(record, out), out)
+    return PARTIAL_OUTPUTS["html"].path(out)

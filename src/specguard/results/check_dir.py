@@ -66,10 +66,6 @@ class CheckDir:
     def cells_csv(self) -> Path:
         return self.root / "cells.csv"
 
-    @property
-    def outputs(self) -> tuple[Path, Path, Path, Path]:
-        return self.verdict_json, self.report_md, self.report_html, self.cells_csv
-
     def block_dir(self, arm: str, rep: int) -> Path:
         return self.root / "runs" / arm / f"rep{rep}"
 
