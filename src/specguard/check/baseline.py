@@ -47,6 +47,7 @@ from specguard.loadgen.prompts import PromptSet
 from specguard.results.check_dir import CheckDir
 from specguard.results.foreign.load import load_any_run, split_selector
 from specguard.results.foreign.run import ImportedBaseline, LoadedRun
+from specguard.results.models import WarningNote
 from specguard.results.run_dir import RunDir, load_run
 
 __all__ = [
@@ -195,14 +196,23 @@ def baseline_inventory(baselines: dict[str, Baseline]) -> ArmInventory:
 def baseline_warnings(record: CheckRecord) -> list[str]:
     """The verdict's warnings about the imported baseline: that it was imported, from where, and what it lacks."""
     out: list[str] = []
-    for imp in record.baseline_imports:
-        out.append(
-            f"baseline of cell {imp.cell} imported from {imp.source} ({imp.format}), not measured by this check: one "
-            "run, no repetitions of the baseline, so its intervals are the request-level bootstrap's alone, never "
-            "widened for a spread between repetitions"
-        )
+    for imp, note in zip(record.baseline_imports, baseline_notes(record), strict=True):
+        out.append(note.text)
         out += [f"cell {imp.cell}: {w}" for w in imp.warnings]
     return out
+
+
+def baseline_notes(record: CheckRecord) -> list[WarningNote]:
+    """One warning per imported baseline, as data (kind ``baseline_imported``): its sentence is the first of each."""
+    return [
+        WarningNote(
+            kind="baseline_imported",
+            text=f"baseline of cell {imp.cell} imported from {imp.source} ({imp.format}), not measured by this check: one "
+            "run, no repetitions of the baseline, so its intervals are the request-level bootstrap's alone, never "
+            "widened for a spread between repetitions",
+        )
+        for imp in record.baseline_imports
+    ]
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import comparisons, one_arm_cells
-from specguard.check.baseline import BASELINE_REPETITION, baseline_warnings, late_checks
+from specguard.check.baseline import BASELINE_REPETITION, baseline_notes, baseline_warnings, late_checks
 from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
@@ -141,20 +141,22 @@ def build_verdict(
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
     warnings = baseline_warnings(record) + late.warnings + verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
+    notes = baseline_notes(record) + verdict.warning_notes
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
     rate_levels = {t.name for t in plan.levels if t.rate is not None}
     help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
-        **verdict.model_dump(exclude={"reasons", "warnings", "crossover"}),
+        **verdict.model_dump(exclude={"reasons", "warnings", "warning_notes", "crossover"}),
         crossover=help_hurt + verdict.crossover,
         simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
         reason_groups=group_reasons(verdict.reasons),
         warnings=warnings,
-        warning_groups=group_warnings(warnings, runs=runs, cells=len(cells)),
+        warning_notes=notes,
+        warning_groups=group_warnings(warnings, notes, runs=runs, cells=len(cells)),
         plan=plan.name,
         exit_code=EXIT_CODES[verdict.verdict],
         inventory=inventory,

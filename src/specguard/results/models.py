@@ -279,6 +279,20 @@ class SloAttainment(StrictModel):
     )
 
 
+class WarningNote(StrictModel):
+    """A warning as data, made where the warning is made: its kind, its number and the limit it crossed, where.
+
+    ``text`` is the sentence as shown in ``warnings``; reports group and rank by ``kind`` and ``value`` and never
+    read a number back out of the sentence.
+    """
+
+    kind: str = Field(description="what the warning is about (report/build/warning_groups.py's KINDS)")
+    text: str
+    value: float | None = Field(default=None, description="its number, as the sentence shows it")
+    limit: float | None = Field(default=None, description="the threshold it crossed, when it has one")
+    where: str | None = Field(default=None, description="'traffic / sampling / arm' of a run, a cell's name, ...")
+
+
 class Summary(StrictModel):
     schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
     requests: int
@@ -317,4 +331,5 @@ class Summary(StrictModel):
     scrape_gaps: int
     notes: list[str]
     warnings: list[str]
+    warning_notes: list[WarningNote] = Field(default_factory=list, description="the warnings of known kinds, as data")
     definitions: dict[str, str]
