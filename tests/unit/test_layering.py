@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_import_graph import import_graph
+from tests.unit.test_import_graph import specguard_import_graph
 from tests.unit.test_layout import layout_block
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "specguard"
@@ -49,7 +49,7 @@ def package_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], set[tupl
     """Package -> the packages it imports, and per edge the (module, imported module) pairs that make it."""
     graph: dict[str, set[str]] = {}
     why: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    for module, deps in import_graph().items():
+    for module, deps in specguard_import_graph().items():
         a = package_of(module)
         graph.setdefault(a, set())
         for dep in deps:
