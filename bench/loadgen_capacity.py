@@ -31,7 +31,7 @@ from specguard.embedded.runtime import ensure_runtime
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.scripted.process import ScriptedProcess
 from specguard.scripted.server import Script
 

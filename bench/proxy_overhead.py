@@ -99,7 +99,7 @@ from specguard.canary.state.records import ProxiedRequest
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.scripted.process import ScriptedProcess
 from specguard.scripted.server import ChunkLog, Script
 from specguard.vllm.process import ManagedServer, free_port

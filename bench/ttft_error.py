@@ -18,7 +18,7 @@ import numpy as np
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.scripted.process import ScriptedProcess
 from specguard.scripted.server import Script
 

@@ -18,14 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specguard.check.launch import LaunchResolver
+from specguard.check.launchers.embedded import embedded_launcher
+from specguard.check.launchers.simulated import sim_launcher
 from specguard.check.plan import load_plan
 from specguard.check.report import VerdictFile, write_outputs
 from specguard.check.requirements import plan_warnings
 from specguard.check.runner import run_check
-from specguard.embedded.launch import embedded_launcher
 from specguard.loadgen.runner import MatrixProgress
-from specguard.sim.launch import sim_launcher
-from specguard.sim.marker import SIMULATED_SERVER_BANNER
+from specguard.simulated import SIMULATED_SERVER_BANNER
 
 PLANS = Path(__file__).parent / "check" / "plans"
 DEMO_PLAN = PLANS / "demo.yaml"

@@ -20,8 +20,8 @@ from tests.cli.helpers import Cli, Guard
 
 @pytest.fixture(autouse=True)
 def guard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Guard:
+    import specguard.check.launchers.embedded as embedded_launch
     import specguard.check.runner as check_runner
-    import specguard.embedded.launch as embedded_launch
     import specguard.embedded.models as embedded_models
     import specguard.embedded.runtime as embedded_runtime
     import specguard.loadgen.runner as loadgen_runner

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner, Result
 
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.errors import ExitCode
 
 USAGE = int(ExitCode.USAGE)

@@ -85,7 +85,8 @@ def bench_run(tmp_path: Path, generator: dict[str, str | int]) -> Path:
     """A finished `bench` run of the plan's one cell, but for its prompts: a synthetic set made by ``generator``."""
     from specguard.analysis.summarize import summarize
     from specguard.results.models import LoadShape, RunInfo, SamplingOverrides
-    from specguard.results.store import load_run, write_json_atomic
+    from specguard.results.run_dir import load_run
+    from specguard.results.store import write_json_atomic
 
     run = make_run(tmp_path / "run", n=2)
     info, records, _ = load_run(run)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import specguard.sim.run as sim_run
-from specguard.cli_sim import SimMethodOption
+from specguard.cli.sim import SimMethodOption
 from specguard.sim.results import SIMULATED_BANNER
 from tests.cli.helpers import USAGE, Cli, Guard, case_id
 

@@ -24,7 +24,7 @@ from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import BenchConfig, ProgressSink, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, Summary
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 
 # Small and quick: 4 chunks of 1 token, 5 ms apart.
 FAST = {"ttft_ms": 5, "interval_ms": 5, "chunks": 4}

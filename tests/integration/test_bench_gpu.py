@@ -11,7 +11,8 @@ from pathlib import Path
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import GpuSample, LoadShape, Summary
-from specguard.results.store import GPU_METRICS_FILE, read_jsonl
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_jsonl
 from tests.unit.server_metrics.test_gpu import DCGM_PAGE
 
 FAST = {"ttft_ms": 5, "interval_ms": 20, "chunks": 10}
@@ -58,7 +59,7 @@ def test_a_dcgm_exporters_values_reach_the_run_and_its_summary(scripted, tmp_pat
     server = scripted(**FAST)
     with dcgm_page() as url:
         summary = _bench(server, tmp_path / "run", url)
-    samples = read_jsonl(tmp_path / "run" / GPU_METRICS_FILE, GpuSample)
+    samples = read_jsonl(tmp_path / "run" / RunDir.GPU_METRICS, GpuSample)
     assert samples and all(s.ok and s.source == "dcgm" for s in samples)
     assert summary.gpu is not None and summary.gpu.available and summary.gpu.samples == len(samples)
     first, second = summary.gpu.gpus
@@ -79,4 +80,4 @@ def test_gpu_sampling_that_cannot_read_a_gpu_never_fails_the_run(scripted, tmp_p
         assert summary.gpu.reason and summary.gpu.reason.startswith("NVML not available")
         assert f"GPU figures not available: {summary.gpu.reason}" in summary.notes
     off = _bench(server, tmp_path / "off", "none")
-    assert off.gpu is None and not (tmp_path / "off" / GPU_METRICS_FILE).exists()
+    assert off.gpu is None and not (tmp_path / "off" / RunDir.GPU_METRICS).exists()

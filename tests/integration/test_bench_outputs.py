@@ -6,8 +6,9 @@ from pathlib import Path
 
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
-from specguard.results.models import OUTPUTS_FILE, LoadShape, OutputRecord
-from specguard.results.store import load_run, read_jsonl
+from specguard.results.models import LoadShape, OutputRecord
+from specguard.results.run_dir import RunDir, load_run
+from specguard.results.store import read_jsonl
 
 FAST = {"ttft_ms": 5, "interval_ms": 5, "chunks": 4, "tokens_pattern": [1, 2]}
 
@@ -28,7 +29,7 @@ def bench(server, out: Path, outputs: str) -> None:
 def test_token_ids_go_to_the_side_file_and_only_with_keep_into_requests(scripted, tmp_path: Path) -> None:
     server = scripted(**FAST, diverge_after_tokens=2, diverge_every=3)
     bench(server, tmp_path / "compare", "compare")
-    outs = {o.seq: o for o in read_jsonl(tmp_path / "compare" / OUTPUTS_FILE, OutputRecord)}
+    outs = {o.seq: o for o in read_jsonl(tmp_path / "compare" / RunDir.OUTPUTS, OutputRecord)}
     records = load_run(tmp_path / "compare")[1]
     assert len(outs) == 4 and all(r.output_token_ids is None for r in records)
     for r in records:
@@ -49,5 +50,5 @@ def test_token_ids_go_to_the_side_file_and_only_with_keep_into_requests(scripted
 def test_a_server_that_sends_no_ids_leaves_the_text(scripted, tmp_path: Path) -> None:
     server = scripted(**FAST, token_ids=False)
     bench(server, tmp_path / "run", "compare")
-    outs = read_jsonl(tmp_path / "run" / OUTPUTS_FILE, OutputRecord)
+    outs = read_jsonl(tmp_path / "run" / RunDir.OUTPUTS, OutputRecord)
     assert outs and all(o.token_ids is None and o.text and o.text.startswith(" w") for o in outs)

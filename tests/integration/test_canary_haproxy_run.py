@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from specguard.canary.judge.histogram_judge import HISTOGRAM_DEFINITIONS
-from specguard.canary.report import read_canary_report_data
 from specguard.canary.routers.haproxy import HAProxyRouter
 from specguard.canary.spec.rollout import load_rollout
 from specguard.errors import RuntimeFailure
+from specguard.report.build.canary import read_canary_report_data
 from specguard.scripted.process import ScriptedProcess
 from specguard.vllm.process import free_port
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, wait_until

@@ -30,7 +30,7 @@ from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_bench
 from specguard.results.models import LoadShape, RequestRecord, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.vllm.process import free_port
 
 pytestmark = pytest.mark.vllm

@@ -101,7 +101,7 @@ def test_launched_arms_verdict_matches_the_stored_numbers(demo_run, runtime):
     import numpy as np
 
     from specguard.analysis.request_metrics import per_token_itl
-    from specguard.results.store import load_run
+    from specguard.results.run_dir import load_run
 
     out = demo_run.out
     verdict = json.loads((out / "verdict.json").read_text())

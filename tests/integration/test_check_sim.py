@@ -11,8 +11,9 @@ from pathlib import Path
 
 from specguard.results.check_dir import CheckDir
 from specguard.results.models import RunInfo, Summary
-from specguard.results.store import RUN_FILE, read_json
-from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_json
+from specguard.simulated import SIMULATED_SERVER_BANNER, is_simulated_version
 
 ROOT = Path(__file__).resolve().parents[2]
 # An 8B model on one H100 with n-gram speculation at high acceptance: both arms far from any limit, 20 requests each.
@@ -65,6 +66,6 @@ def test_a_check_on_sim_arms_runs_and_says_simulated_everywhere(tmp_path: Path) 
     runs = d.arm_runs("baseline") + d.arm_runs("candidate")
     assert len(runs) == 2
     for run in runs:
-        assert is_simulated_version(read_json(run / RUN_FILE, RunInfo).server_version)
+        assert is_simulated_version(read_json(run / RunDir.RUN, RunInfo).server_version)
         assert read_json(run / "summary.json", Summary).notes[0] == SIMULATED_SERVER_BANNER
     assert verdict["inventory"]["candidate"]["speculative_config"]["method"] == "ngram"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from typer.testing import CliRunner
 
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.results.models import RequestRecord, Summary
 
 

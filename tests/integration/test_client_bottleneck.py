@@ -13,7 +13,7 @@ from pathlib import Path
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, Summary
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 
 BUSY_S = 0.08  # planted, per 100 ms: 16x the warning's 5 ms limit
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.embedded.servers import SERVED_NAME
 
 pytestmark = pytest.mark.vllm

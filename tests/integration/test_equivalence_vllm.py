@@ -18,14 +18,13 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from specguard.check.outputs import EQUIVALENCE_FILE, greedy_cells
+from specguard.check.outputs import greedy_cells
 from specguard.check.plan import load_plan
 from specguard.check.report import build_verdict, load_check, write_outputs
 from specguard.check.runner import run_check
 from specguard.embedded.servers import SERVED_NAME
-from specguard.results.check_dir import cell_key
-from specguard.results.models import OUTPUTS_FILE
-from specguard.results.store import REQUESTS_FILE
+from specguard.results.check_dir import CheckDir, cell_key
+from specguard.results.run_dir import RunDir
 from specguard.verdict.budget_tests import error_difference_interval
 
 pytestmark = pytest.mark.vllm
@@ -65,8 +64,8 @@ def _raw_comparison(out: Path, key: str) -> dict[str, dict[str, list[int | None]
         outputs[arm] = []
         for run in sorted((out / "runs" / arm).glob(f"rep*/{key}")):
             rep = int(run.parent.name.removeprefix("rep"))
-            ok = {r["seq"]: r for r in _read(run / REQUESTS_FILE) if r["ok"]}
-            for o in _read(run / OUTPUTS_FILE):
+            ok = {r["seq"]: r for r in _read(run / RunDir.REQUESTS) if r["ok"]}
+            for o in _read(run / RunDir.OUTPUTS):
                 r = ok.get(o["seq"])
                 if r is None:
                     continue
@@ -133,6 +132,6 @@ def test_greedy_outputs_compared_per_segment_with_the_baseline_own_variation(
             assert stats.first_divergence_median == (statistics.median(pos) if pos else None)
             assert (stats.first_divergence_min, stats.first_divergence_max) == ((min(pos), max(pos)) if pos else (None, None))
     # the outputs are gone after the verdict; the comparison is stored and a rebuilt report reads it
-    assert list(out.rglob(OUTPUTS_FILE)) == [] and (out / EQUIVALENCE_FILE).exists()
+    assert list(out.rglob(RunDir.OUTPUTS)) == [] and CheckDir(out).equivalence_json.exists()
     rebuilt = build_verdict(load_check(out), out)
     assert [c.equivalence for c in rebuilt.cells] == [c.equivalence for c in v.cells]

@@ -307,7 +307,7 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
 def test_readme_simulated_demo_runs_as_written(tmp_path):
     """``specguard demo --simulated`` exactly as the README shows it, in a scratch directory: two simulated servers in
     real time (about two minutes), every page labelled simulated, per-level lines and the crossover line."""
-    from specguard.sim.marker import SIM_VERSION, SIMULATED_SERVER_BANNER
+    from specguard.simulated import SIM_VERSION, SIMULATED_SERVER_BANNER
 
     cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "demo", "--simulated"])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}  # the servers import this checkout

@@ -22,7 +22,7 @@ import numpy as np
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, RequestRecord, RunInfo
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from tests.helpers import sigint_default
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specguard.results.models import RunInfo
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from tests.helpers import descendants, no_traceback, sigint_default, wait_gone
 
 

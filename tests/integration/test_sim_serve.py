@@ -24,12 +24,12 @@ import pytest
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.server_metrics.parse import parse_metrics_text
-from specguard.sim.marker import SIM_HEADER, is_simulated_version
 from specguard.sim.run import SimRequest, build_arm
 from specguard.sim.serve_process import SimServeProcess
 from specguard.sim.step_time import StepLoad
+from specguard.simulated import SIM_HEADER, is_simulated_version
 from tests.helpers import alive, wait_gone
 
 ACCEPTANCE = [0.8, 0.6, 0.4]

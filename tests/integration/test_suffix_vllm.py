@@ -28,7 +28,7 @@ from specguard.embedded.models import ModelSet
 from specguard.embedded.runtime import ARCTIC_INFERENCE_VERSION, VllmRuntime
 from specguard.embedded.servers import SERVED_NAME, SUFFIX_CONFIG, embedded_server, embedded_spec
 from specguard.loadgen.prompts import synthetic_prompts
-from specguard.results.store import load_summary
+from specguard.results.run_dir import load_summary
 from specguard.vllm.process import ManagedServer
 from tests.integration.test_assess_embedded import _complete, _counters
 

@@ -10,7 +10,7 @@ from specguard.embedded.servers import SERVED_NAME
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.loadgen.runner import BenchConfig, run_async, run_bench
 from specguard.results.models import LoadShape, SamplingOverrides
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 
 pytestmark = pytest.mark.vllm
 

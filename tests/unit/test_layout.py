@@ -9,16 +9,21 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "specguard"
 
 
-def layout_names() -> set[str]:
+def layout_block() -> list[list[str]]:
+    """The entries directly under src/specguard/ in the README's Layout, top to bottom, one list per line."""
     text = (ROOT / "README.md").read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
-    names: set[str] = set()
+    lines: list[list[str]] = []
     for line in block.splitlines():
         if not line.startswith("  ") or line.startswith("   "):
             continue  # only the entries directly under src/specguard/
-        first = line.split("  ")[1] if line.startswith("  ") else ""
-        names.update(n.strip() for n in re.split(r",\s*", first.strip()) if n.strip())
-    return names
+        first = line.split("  ")[1]
+        lines.append([n.strip() for n in re.split(r",\s*", first.strip()) if n.strip()])
+    return lines
+
+
+def layout_names() -> set[str]:
+    return {name for line in layout_block() for name in line}
 
 
 def tree_names() -> set[str]:

@@ -27,6 +27,7 @@ from specguard.results.models import (
     Slo,
     Summary,
     TokenSource,
+    WarningNote,
 )
 from specguard.server_metrics.parse import acceptance, counter_delta, has_spec_decode
 
@@ -72,7 +73,7 @@ class _ServerWindow:
     preemptions: float | None = None
     finished: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[WarningNote] = field(default_factory=list)
 
 
 def summarize(
@@ -111,7 +112,7 @@ def summarize(
     kinds = error_kinds(records)
     stalls = client_stalls(records, stalls_s) if stalls_s is not None else None
     gpu = gpu_usage(gpu_samples)
-    warnings = [
+    notes = [
         *server.warnings,
         *_scrape_warnings(scrape_gaps),
         *_token_source_warnings(sources),
@@ -155,7 +156,8 @@ def summarize(
         segments=dict(Counter(r.segment for r in records)),
         scrape_gaps=scrape_gaps,
         notes=server.notes + _gpu_notes(gpu),
-        warnings=warnings,
+        warnings=[n.text for n in notes],
+        warning_notes=notes,
         definitions=METRIC_DEFINITIONS,
     )
 
@@ -187,7 +189,8 @@ def _server_window(records: Sequence[RequestRecord], samples: Sequence[MetricsSa
     elif acc is not None and acc.drafts == 0:
         window.notes.append("spec-decode counters present but no drafts were made in this run window")
     if acc is not None and acc.rate is not None and acc.rate < 0.5:
-        window.warnings.append(f"acceptance rate {acc.rate:.2f} is below 0.5: speculation is likely net-negative here")
+        text = f"acceptance rate {acc.rate:.2f} is below 0.5: speculation is likely net-negative here"
+        window.warnings.append(WarningNote(kind="low_acceptance", text=text, value=round(acc.rate, 2), limit=0.5))
     if pair:
         before, after = pair
         window.generation_tokens = counter_delta(before, after, "generation_tokens")
@@ -206,69 +209,81 @@ def _gpu_notes(gpu: GpuUsage | None) -> list[str]:
     return []
 
 
-def _scrape_warnings(gaps: int) -> list[str]:
-    return [f"{gaps} /metrics scrape(s) failed or were unparsable: gaps in the server series"] if gaps else []
+def _scrape_warnings(gaps: int) -> list[WarningNote]:
+    text = f"{gaps} /metrics scrape(s) failed or were unparsable: gaps in the server series"
+    return [WarningNote(kind="scrape_gaps", text=text, value=gaps)] if gaps else []
 
 
-def _token_source_warnings(sources: Counter[TokenSource | None]) -> list[str]:
+def _token_source_warnings(sources: Counter[TokenSource | None]) -> list[WarningNote]:
     if any(src != "server_usage" for src in sources):
-        return ["some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate"]
+        text = "some token counts are not the server's (token_sources): per-token ITL and TPOT are approximate"
+        return [WarningNote(kind="approximate_tokens", text=text)]
     return []
 
 
-def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLagLimits) -> list[str]:
+def _lag_warnings(send_lag: Percentiles, loop_lag: Percentiles, limits: ClientLagLimits) -> list[WarningNote]:
     warnings = []
     if send_lag.p99 is not None and send_lag.p99 > limits.send_lag_p99_ms:
-        warnings.append(
+        text = (
             f"client send lag p99 {send_lag.p99:.1f} ms exceeds {limits.send_lag_p99_ms:g} ms: "
             "the client did not release requests on time; the offered load was lower than planned"
         )
+        value, limit = round(send_lag.p99, 1), limits.send_lag_p99_ms
+        warnings.append(WarningNote(kind="client_send_lag", text=text, value=value, limit=limit))
     if loop_lag.p99 is not None and loop_lag.p99 > limits.event_loop_lag_p99_ms:
-        warnings.append(
+        text = (
             f"client event-loop lag p99 {loop_lag.p99:.1f} ms exceeds {limits.event_loop_lag_p99_ms:g} ms: "
             "the client may be the bottleneck and its timestamps late"
         )
+        value, limit = round(loop_lag.p99, 1), limits.event_loop_lag_p99_ms
+        warnings.append(WarningNote(kind="client_event_loop_lag", text=text, value=value, limit=limit))
     return warnings
 
 
-def _read_lag_warnings(read_lag: Percentiles | None, lags_s: Sequence[float], limits: ClientLagLimits) -> list[str]:
+def _read_lag_warnings(read_lag: Percentiles | None, lags_s: Sequence[float], limits: ClientLagLimits) -> list[WarningNote]:
     if read_lag is None or read_lag.p99 is None or read_lag.p99 <= limits.read_lag_p99_ms:
         return []
     late = sum(1 for lag in lags_s if lag * 1000.0 > limits.read_lag_p99_ms)
     low, _ = wilson_interval(late, len(lags_s), limits.read_lag_z)
     if low <= limits.read_lag_late_share:
         return []
-    return [
+    text = (
         f"client read-stamp lag p99 {read_lag.p99:.1f} ms exceeds {limits.read_lag_p99_ms:g} ms ({late} of {len(lags_s)} "
         f"probe reads late, worst {read_lag.max or read_lag.p99:.0f} ms): reads were stamped late, so TTFT and ITL carry "
         "the client's delay; the client may be the bottleneck (give it its own core, or fewer streams)"
-    ]
+    )
+    return [WarningNote(kind="client_read_lag", text=text, value=round(read_lag.p99, 1), limit=limits.read_lag_p99_ms)]
 
 
-def _stall_warnings(stalls: ClientStalls | None, requests: int) -> list[str]:
+def _stall_warnings(stalls: ClientStalls | None, requests: int) -> list[WarningNote]:
     if stalls is None or stalls.requests_affected == 0:
         return []
-    return [
+    text = (
         f"{stalls.requests_affected} of {requests} requests were streaming while the client stalled "
         f"(the event loop woke {stalls.threshold_ms:g} ms or more late, {stalls.count} times, longest "
         f"{stalls.longest_ms:.0f} ms): their chunks were read together, so their TTFT and ITL carry the client's delay"
-    ]
+    )
+    longest = round(stalls.longest_ms) if stalls.longest_ms is not None else None
+    return [WarningNote(kind="client_stalls", text=text, value=longest, limit=stalls.threshold_ms)]
 
 
-def _run_warnings(interrupted: bool, incomplete: bool) -> list[str]:
+def _run_warnings(interrupted: bool, incomplete: bool) -> list[WarningNote]:
     warnings = []
     if interrupted:
-        warnings.append("the run was interrupted: figures cover the requests finished before it stopped")
+        text = "the run was interrupted: figures cover the requests finished before it stopped"
+        warnings.append(WarningNote(kind="interrupted", text=text))
     if incomplete:
-        warnings.append("incomplete run: no summary.json was written (the run was killed); recomputed from requests.jsonl")
+        text = "incomplete run: no summary.json was written (the run was killed); recomputed from requests.jsonl"
+        warnings.append(WarningNote(kind="incomplete", text=text))
     return warnings
 
 
-def _error_warnings(requests: int, errors: int, kinds: dict[str, int]) -> list[str]:
+def _error_warnings(requests: int, errors: int, kinds: dict[str, int]) -> list[WarningNote]:
     if requests and errors == requests:
-        return [f"every request failed: {format_error_kinds(kinds)}"]
+        return [WarningNote(kind="all_failed", text=f"every request failed: {format_error_kinds(kinds)}", value=errors)]
     if errors:
-        return [f"{errors} of {requests} requests failed: {format_error_kinds(kinds)}"]
+        text = f"{errors} of {requests} requests failed: {format_error_kinds(kinds)}"
+        return [WarningNote(kind="requests_failed", text=text, value=errors)]
     return []
 
 
@@ -288,21 +303,23 @@ def _foreign_traffic(
     records: Sequence[RequestRecord],
     finished: dict[str, float],
     gen_tokens: float | None,
-    warnings: list[str],
+    warnings: list[WarningNote],
 ) -> None:
     """Warn when the server's counters moved more than this run's own requests explain."""
     server_finished = sum(finished.values())
     ours = len(records)
     if server_finished > ours:
-        warnings.append(
+        text = (
             f"foreign traffic: the server finished {server_finished:.0f} requests in the run window but this run "
             f"sent {ours}; server-side figures (acceptance, KV usage, queue) are contaminated"
         )
+        warnings.append(WarningNote(kind="foreign_traffic", text=text))
         return
     if gen_tokens is not None and all(r.ok and r.token_source == "server_usage" for r in records):
         ours_tokens = sum(r.output_tokens or 0 for r in records)
         if gen_tokens > ours_tokens:
-            warnings.append(
+            text = (
                 f"foreign traffic: the server generated {gen_tokens:.0f} tokens in the run window but this run "
                 f"received {ours_tokens}; server-side figures are contaminated"
             )
+            warnings.append(WarningNote(kind="foreign_traffic", text=text))

@@ -12,13 +12,14 @@ from specguard.analysis.slo import compare_goodput
 from specguard.check.outputs import cell_equivalence
 from specguard.check.plan import CheckPlan, TrafficLevel, plan_cells
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.models import RequestRecord, Summary
-from specguard.results.store import load_run, load_summary
+from specguard.results.models import RequestRecord, Summary, WarningNote
+from specguard.results.run_dir import load_run, load_summary
 from specguard.verdict import CellComparison, OneArmCell
 from specguard.verdict.level_guards import LEVEL_PERCENTILES
 from specguard.verdict.model import LevelComparison
 
 _CLIENT_WARNINGS = ("send lag", "event-loop lag", "foreign traffic")
+CLIENT_WARNING_KINDS = ("client_send_lag", "client_event_loop_lag", "foreign_traffic")  # the same warnings, by kind
 # One cell x segment's requests per repetition, per arm, for a traffic level's pooled tests.
 _CellRecords = tuple[list[list[RequestRecord]], list[list[RequestRecord]]]
 
@@ -100,6 +101,13 @@ def comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> tuple
             warnings = [
                 f"{arm}: {w}" for arm in ARMS for s in summaries[arm] for w in s.warnings if any(k in w for k in _CLIENT_WARNINGS)
             ]
+            notes: dict[str, WarningNote] = {}
+            for arm in ARMS:
+                for s in summaries[arm]:
+                    for n in s.warning_notes:
+                        if n.kind in CLIENT_WARNING_KINDS:
+                            text = f"{arm}: {n.text}"
+                            notes[text] = n.model_copy(update={"text": text, "where": arm})
             cells.append(
                 CellComparison(
                     traffic=traffic.name,
@@ -128,6 +136,7 @@ def comparisons(plan: CheckPlan, out: Path, skip: Collection[str] = ()) -> tuple
                     tokens_per_s_baseline=_mean([s.output_tokens_per_s for s in sb]),
                     tokens_per_s_candidate=_mean([s.output_tokens_per_s for s in sc]),
                     client_warnings=sorted(set(warnings)),
+                    client_notes=[notes[t] for t in sorted(notes)],
                     metrics=m,
                     equivalence=equivalence.get(seg) if equivalence is not None else None,
                 )

@@ -47,7 +47,8 @@ from specguard.loadgen.prompts import PromptSet
 from specguard.results.check_dir import CheckDir
 from specguard.results.foreign.load import load_any_run, split_selector
 from specguard.results.foreign.run import ImportedBaseline, LoadedRun
-from specguard.results.store import REQUESTS_FILE, RUN_FILE, SUMMARY_FILE, load_run, write_json_atomic
+from specguard.results.models import WarningNote
+from specguard.results.run_dir import RunDir, load_run
 
 __all__ = [
     "BASELINE_REPETITION",
@@ -154,7 +155,7 @@ def _absolute(arg: str) -> str:
 def _sha256(run: LoadedRun) -> str:
     """The content imported: a file's bytes, or a run directory's run.json and requests.jsonl."""
     path, index = split_selector(run.name)
-    files = [path / RUN_FILE, path / REQUESTS_FILE] if path.is_dir() else [path]
+    files = list(RunDir(path).content) if path.is_dir() else [path]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())
@@ -167,7 +168,7 @@ def write_baselines(d: CheckDir, baselines: dict[str, Baseline]) -> None:
     """Each imported run as the baseline's repetition 1 of its cell; one written before (a resumed check) is kept."""
     for key, b in baselines.items():
         target = d.run_dir("baseline", BASELINE_REPETITION, key)
-        if (target / SUMMARY_FILE).exists():
+        if RunDir(target).has_summary():
             continue
         staging = target.with_name(target.name + ".importing")
         if staging.exists():
@@ -176,9 +177,10 @@ def write_baselines(d: CheckDir, baselines: dict[str, Baseline]) -> None:
             shutil.copytree(split_selector(b.run.name)[0], staging)
         else:
             staging.mkdir(parents=True)
-            write_json_atomic(staging / RUN_FILE, b.run.info)
-            (staging / REQUESTS_FILE).write_text("".join(r.model_dump_json() + "\n" for r in b.run.records), encoding="utf-8")
-            write_json_atomic(staging / SUMMARY_FILE, summarize(b.run.records, [], slo=None))
+            run = RunDir(staging)
+            run.write_run(b.run.info)
+            run.write_records(b.run.records)
+            run.write_summary(summarize(b.run.records, [], slo=None))
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
@@ -194,14 +196,23 @@ def baseline_inventory(baselines: dict[str, Baseline]) -> ArmInventory:
 def baseline_warnings(record: CheckRecord) -> list[str]:
     """The verdict's warnings about the imported baseline: that it was imported, from where, and what it lacks."""
     out: list[str] = []
-    for imp in record.baseline_imports:
-        out.append(
-            f"baseline of cell {imp.cell} imported from {imp.source} ({imp.format}), not measured by this check: one "
-            "run, no repetitions of the baseline, so its intervals are the request-level bootstrap's alone, never "
-            "widened for a spread between repetitions"
-        )
+    for imp, note in zip(record.baseline_imports, baseline_notes(record), strict=True):
+        out.append(note.text)
         out += [f"cell {imp.cell}: {w}" for w in imp.warnings]
     return out
+
+
+def baseline_notes(record: CheckRecord) -> list[WarningNote]:
+    """One warning per imported baseline, as data (kind ``baseline_imported``): its sentence is the first of each."""
+    return [
+        WarningNote(
+            kind="baseline_imported",
+            text=f"baseline of cell {imp.cell} imported from {imp.source} ({imp.format}), not measured by this check: one "
+            "run, no repetitions of the baseline, so its intervals are the request-level bootstrap's alone, never "
+            "widened for a spread between repetitions",
+        )
+        for imp in record.baseline_imports
+    ]
 
 
 @dataclass

@@ -14,8 +14,8 @@ from specguard.loadgen.prompts import PromptSet
 from specguard.loadgen.runner import sampling_on_the_wire
 from specguard.results.foreign.load import split_selector
 from specguard.results.foreign.run import LoadedRun
-from specguard.results.models import OUTPUTS_FILE, LoadShape, RunInfo, SamplingOverrides
-from specguard.results.store import SUMMARY_FILE
+from specguard.results.models import LoadShape, RunInfo, SamplingOverrides
+from specguard.results.run_dir import RunDir
 
 __all__ = ["match_cell"]
 
@@ -73,8 +73,8 @@ def _specguard_differences(plan: CheckPlan, prompts: PromptSet, cell: PlanCell, 
     if info.extra_body != extra:
         diffs.append(f"extra_body: {info.extra_body!r} in the run, {extra!r} in the plan's baseline arm")
     run_dir = split_selector(run.name)[0]
-    if info.interrupted or not (run_dir / SUMMARY_FILE).exists():
-        diffs.append(f"the run did not finish (interrupted, or no {SUMMARY_FILE}): not a whole baseline")
+    if info.interrupted or not RunDir(run_dir).has_summary():
+        diffs.append(f"the run did not finish (interrupted, or no {RunDir.SUMMARY}): not a whole baseline")
     return diffs
 
 
@@ -147,4 +147,4 @@ def _decision_needs(plan: CheckPlan, cell: PlanCell, run: LoadedRun) -> tuple[li
 
 
 def _has_outputs(run: LoadedRun) -> bool:
-    return (Path(run.name) / OUTPUTS_FILE).exists() or any(r.output_token_ids is not None for r in run.records)
+    return RunDir(Path(run.name)).outputs_jsonl.exists() or any(r.output_token_ids is not None for r in run.records)

@@ -2,8 +2,8 @@
 
 A ``Launcher`` is a vLLM runtime's serve command and environment plus each launched arm's server spec with
 every model name already resolved. The runner asks a ``LaunchResolver`` for one only when a launched block is
-about to run (a resumed check whose launched blocks are done installs nothing); ``embedded/launch.py``
-provides the resolver that knows the embedded runtime and ``embedded:`` model names, ``sim/launch.py`` the one
+about to run (a resumed check whose launched blocks are done installs nothing); ``launchers/embedded.py``
+provides the resolver that knows the embedded runtime and ``embedded:`` model names, ``launchers/simulated.py`` the one
 that starts specguard's simulated server instead of vLLM (its ``server`` factory).
 """
 

@@ -22,19 +22,16 @@ from specguard.analysis.equivalence import Output, SegmentEquivalence, equivalen
 from specguard.check.plan import CheckPlan, plan_cells
 from specguard.models_base import StrictModel
 from specguard.results.check_dir import ARMS, CheckDir
-from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord
-from specguard.results.store import REQUESTS_FILE, read_json, read_jsonl, write_json_atomic
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_json, write_json_atomic
 
 __all__ = [
-    "EQUIVALENCE_FILE",
     "StoredEquivalence",
     "cell_equivalence",
     "forget_outputs",
     "greedy_cells",
     "run_outputs",
 ]
-
-EQUIVALENCE_FILE = "equivalence.json"
 
 
 class StoredEquivalence(StrictModel):
@@ -46,11 +43,12 @@ class StoredEquivalence(StrictModel):
 
 def run_outputs(run_dir: Path, rep: int) -> list[Output]:
     """The successful requests' outputs of one run: outputs.jsonl, else the ids kept in requests.jsonl; [] if neither."""
-    records = {r.seq: r for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord) if r.ok}
-    side = run_dir / OUTPUTS_FILE
+    run = RunDir(run_dir)
+    records = {r.seq: r for r in run.records() if r.ok}
+    outputs = run.outputs()
     found: list[Output] = []
-    if side.exists():
-        for o in read_jsonl(side, OutputRecord):
+    if outputs is not None:
+        for o in outputs:
             r = records.get(o.seq)
             if r is not None:
                 ids = tuple(o.token_ids) if o.token_ids is not None else None
@@ -68,7 +66,7 @@ def _rep(run_dir: Path) -> int:
 
 
 def _stored(out: Path) -> StoredEquivalence:
-    path = out / EQUIVALENCE_FILE
+    path = CheckDir(out).equivalence_json
     return read_json(path, StoredEquivalence) if path.exists() else StoredEquivalence()
 
 
@@ -101,8 +99,8 @@ def forget_outputs(plan: CheckPlan, out: Path) -> None:
         if computed is not None:
             stored.cells[key] = computed
     if stored.cells:
-        write_json_atomic(out / EQUIVALENCE_FILE, stored)
+        write_json_atomic(CheckDir(out).equivalence_json, stored)
     if plan.keep_output:
         return
-    for side in sorted(out.rglob(OUTPUTS_FILE)):
+    for side in sorted(out.rglob(RunDir.OUTPUTS)):
         side.unlink()

@@ -15,7 +15,8 @@ import numpy as np
 
 from specguard.analysis.compare import metric_values
 from specguard.results.check_dir import CheckDir
-from specguard.results.store import RUN_FILE, RunDirError, load_run
+from specguard.results.run_dir import RunDir, load_run
+from specguard.results.store import RunDirError
 from specguard.verdict.power import Spreads
 
 __all__ = ["LATENCY_METRICS", "pilot_runs", "pilot_spreads"]
@@ -25,11 +26,11 @@ LATENCY_METRICS = ("itl_ms", "tpot_ms", "ttft_ms", "e2e_ms")  # the per-request 
 
 def pilot_runs(path: Path) -> list[Path]:
     """The run directories of a pilot: the directory itself if it is a run, else a check's baseline runs."""
-    if (path / RUN_FILE).exists():
+    if RunDir(path).is_run():
         return [path]
     runs = CheckDir(path).arm_runs("baseline") if path.is_dir() else []
     if not runs:
-        raise RunDirError(f"{path}: --pilot expects a run directory (with {RUN_FILE}) or a check directory with baseline runs")
+        raise RunDirError(f"{path}: --pilot expects a run directory (with {RunDir.RUN}) or a check directory with baseline runs")
     return runs
 
 

@@ -24,14 +24,8 @@ from specguard.models_base import FiniteModel
 from specguard.results.check_dir import cell_key
 from specguard.results.models import LoadShape, Slo
 from specguard.validation import HttpUrl
-from specguard.vllm.server_spec import ServerSpec
+from specguard.vllm.server_spec import LaunchSpec
 from specguard.yaml_files import load_yaml_model
-
-
-class LaunchSpec(ServerSpec):
-    """A vLLM server specguard starts itself. ``model: embedded:target`` uses the embedded model set."""
-
-    startup_timeout_s: float = 900.0
 
 
 class EndpointSpec(FiniteModel):

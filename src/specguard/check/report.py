@@ -15,26 +15,25 @@ from pathlib import Path
 
 from specguard.analysis.definitions import HIGHER_IS_BETTER, METRIC_DEFINITIONS, check_definitions
 from specguard.check.aggregate import comparisons, one_arm_cells
-from specguard.check.baseline import BASELINE_REPETITION, baseline_warnings, late_checks
+from specguard.check.baseline import BASELINE_REPETITION, baseline_notes, baseline_warnings, late_checks
 from specguard.check.outputs import forget_outputs
 from specguard.check.record import ArmInventory, CheckRecord, CheckState, block_name
 from specguard.check.series import charts
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.inventory.collect import lengths_from_runs
 from specguard.inventory.diff import diff_inventories
-from specguard.report.cells_csv import cells_csv
-from specguard.report.data import VERDICT_SCHEMA, ReportData, VerdictFile
-from specguard.report.forest import REPORT_DEFINITIONS, forest
-from specguard.report.gpu_table import GPU_DEFINITIONS
-from specguard.report.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.partial import PartialReport, PartialRun, render_partial_html, render_partial_markdown
-from specguard.report.warning_groups import group_warnings
+from specguard.loadgen.run_summary import load_or_recompute_summary
+from specguard.report.build.forest import REPORT_DEFINITIONS, forest
+from specguard.report.build.greedy_table import EQUIVALENCE_DEFINITIONS, equivalence_table
+from specguard.report.build.warning_groups import group_warnings
+from specguard.report.model.data import VERDICT_SCHEMA, ReportData, VerdictFile
+from specguard.report.model.partial import PartialReport, PartialRun
+from specguard.report.render.gpu_table import GPU_DEFINITIONS
+from specguard.report.render.outputs import PARTIAL_OUTPUTS, REPORT_OUTPUTS
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.models import RunInfo
-from specguard.results.store import RUN_FILE, load_or_recompute_summary, read_json
-from specguard.sim.marker import is_simulated_version
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_json
+from specguard.simulated import is_simulated_version
 from specguard.verdict import decide
 from specguard.verdict.load_range import help_hurt_lines
 from specguard.verdict.model import SINGLE_LOOK, Look, LookRecord
@@ -98,7 +97,7 @@ def observed_inventory(record: CheckRecord, out: Path) -> dict[str, ArmInventory
     for arm, inv in record.inventory.items():
         runs = CheckDir(out).arm_runs(arm)
         if runs:
-            info = read_json(runs[0] / RUN_FILE, RunInfo)
+            info = RunDir(runs[0]).info()
             cache = info.cache_config or {}
             update: dict[str, object] = {
                 "vllm_version": info.server_version,
@@ -142,20 +141,22 @@ def build_verdict(
     base, cand = (inventory[a].pinned if a in inventory else None for a in ARMS)
     inv_diff = diff_inventories(base, cand) if base is not None and cand is not None else None
     warnings = baseline_warnings(record) + late.warnings + verdict.warnings + (inv_diff.warnings if inv_diff is not None else [])
+    notes = baseline_notes(record) + verdict.warning_notes
     runs = sum(len(CheckDir(out).arm_runs(arm)) for arm in ARMS)
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
     rate_levels = {t.name for t in plan.levels if t.rate is not None}
     help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
-        **verdict.model_dump(exclude={"reasons", "warnings", "crossover"}),
+        **verdict.model_dump(exclude={"reasons", "warnings", "warning_notes", "crossover"}),
         crossover=help_hurt + verdict.crossover,
         simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,
         reason_groups=group_reasons(verdict.reasons),
         warnings=warnings,
-        warning_groups=group_warnings(warnings, runs=runs, cells=len(cells)),
+        warning_notes=notes,
+        warning_groups=group_warnings(warnings, notes, runs=runs, cells=len(cells)),
         plan=plan.name,
         exit_code=EXIT_CODES[verdict.verdict],
         inventory=inventory,
@@ -187,15 +188,14 @@ def build_report_data(record: CheckRecord, out: Path) -> ReportData:
     return ReportData(verdict=v, charts=drawn, out=str(out))
 
 
-def _refuse_existing(paths: tuple[Path, ...], force: bool) -> None:
+def _refuse_existing(paths: Sequence[Path], force: bool) -> None:
     existing = [p.name for p in paths if p.exists()]
     if existing and not force:
         raise OutputExistsError(f"{paths[0].parent}: {', '.join(existing)} already exist; pass --force to rebuild them")
 
 
 def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> VerdictFile:
-    """verdict.json, report.md and report.html of a complete check; existing ones are replaced only with ``force``."""
-    d = CheckDir(out)
+    """verdict.json, report.md, report.html and cells.csv of a complete check; existing ones are replaced only with ``force``."""
     missing = missing_runs(record, out)
     if missing:
         raise UsageError(
@@ -203,12 +203,9 @@ def write_outputs(record: CheckRecord, out: Path, force: bool = False) -> Verdic
             f"{', ...' if len(missing) > 4 else ''}); continue it with 'specguard check "
             f"{record.plan_path} --out {out} --resume', or render it with 'specguard report {out} --partial'"
         )
-    _refuse_existing(d.outputs, force)
+    _refuse_existing(REPORT_OUTPUTS.paths(out), force)
     data = build_report_data(record, out)
-    d.verdict_json.write_text(data.verdict.model_dump_json(indent=2))
-    d.report_md.write_text(render_markdown(data))
-    d.report_html.write_text(render_html(data))
-    d.cells_csv.write_text(cells_csv(data.verdict.cells, data.verdict.lines, data.verdict.labels))
+    REPORT_OUTPUTS.write(data, out)  # verdict.json, report.md, report.html, cells.csv: every registered format
     forget_outputs(record.measured_plan, out)  # the comparison is stored; the outputs themselves go unless kept
     return data.verdict
 
@@ -220,8 +217,8 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
         for run_dir in CheckDir(out).arm_runs(arm):
             summary = load_or_recompute_summary(run_dir)
             runs.append(PartialRun(arm=arm, repetition=run_dir.parent.name, cell=run_dir.name, summary=summary))
-            if (run_dir / RUN_FILE).exists():
-                simulated = simulated or is_simulated_version(read_json(run_dir / RUN_FILE, RunInfo).server_version)
+            if RunDir(run_dir).is_run():
+                simulated = simulated or is_simulated_version(RunDir(run_dir).info().server_version)
     return PartialReport(
         plan=record.plan.name,
         plan_path=record.plan_path,
@@ -235,9 +232,6 @@ def partial_report(record: CheckRecord, out: Path) -> PartialReport:
 
 def write_partial(record: CheckRecord, out: Path, force: bool = False) -> Path:
     """report-partial.md and report-partial.html: what an interrupted check has, labelled, with no verdict."""
-    d = CheckDir(out)
-    _refuse_existing((d.partial_md, d.partial_html), force)
-    data = partial_report(record, out)
-    d.partial_md.write_text(render_partial_markdown(data))
-    d.partial_html.write_text(render_partial_html(data))
-    return d.partial_html
+    _refuse_existing(PARTIAL_OUTPUTS.paths(out), force)
+    PARTIAL_OUTPUTS.write(partial_report(record, out), out)
+    return PARTIAL_OUTPUTS["html"].path(out)

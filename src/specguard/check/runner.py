@@ -50,8 +50,9 @@ from specguard.loadgen.runner import (
     run_bench,
 )
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.models import RequestRecord, SamplingOverrides
-from specguard.results.store import REQUESTS_FILE, load_summary, read_json, read_jsonl, write_json_atomic
+from specguard.results.models import SamplingOverrides
+from specguard.results.run_dir import RunDir, load_summary
+from specguard.results.store import read_json, write_json_atomic
 from specguard.server_metrics.server_facts import inspect_server
 from specguard.validation import api_key_from_env
 from specguard.verdict import Failure
@@ -521,7 +522,7 @@ def _run_block(
                     raise Interrupted(interrupted_message(resolved, d, block))
                 oom = [
                     r.error
-                    for r in read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
+                    for r in RunDir(run_dir).records()
                     if r.error and any(m.lower() in r.error.lower() for m in OOM_MARKERS)
                 ]
                 if oom:

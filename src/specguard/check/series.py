@@ -15,7 +15,7 @@ from specguard.analysis.compare import metric_values
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import gpu_usage
 from specguard.check.plan import CheckPlan
-from specguard.report.data import (
+from specguard.report.model.data import (
     AcceptanceBars,
     ArmDistribution,
     Charts,
@@ -26,7 +26,7 @@ from specguard.report.data import (
     LoadSeries,
 )
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
-from specguard.results.store import load_gpu_samples, load_run, load_summary
+from specguard.results.run_dir import load_gpu_samples, load_run, load_summary
 from specguard.verdict import CellComparison, crossover_brackets
 
 MAX_ITL_POINTS = 20000  # more per-token values only make the report's data heavier

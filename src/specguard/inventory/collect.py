@@ -199,7 +199,7 @@ def from_server(
 
 def lengths_from_runs(run_dirs: list[Path]) -> tuple[float | None, float | None]:
     """Mean prompt and output tokens of the completed requests in benchmark run directories."""
-    from specguard.results.store import load_run
+    from specguard.results.run_dir import load_run
 
     prompts: list[int] = []
     outputs: list[int] = []

@@ -7,6 +7,7 @@ server is asked or the plan's embedded models are looked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,8 @@ from specguard.inventory.model import Inventory
 from specguard.validation import output_file, refuse_existing, text_option, url_option
 
 ArmName = Literal["baseline", "candidate"]
+PlanArm = Callable[[Path, ArmName | None], tuple[list[str] | None, str | None]]
+"""A check plan's arm -> (its server arguments, or None; its URL, or None): ``check/launchers/embedded.plan_arm``."""
 
 
 class InventoryRequest(BaseModel):
@@ -36,8 +39,12 @@ class InventoryRequest(BaseModel):
     force: bool = False
 
 
-def build_inventory(req: InventoryRequest) -> Inventory:
-    """The inventory of the request's source, with the running server's facts where there is one."""
+def build_inventory(req: InventoryRequest, plan_arm: PlanArm | None = None) -> Inventory:
+    """The inventory of the request's source, with the running server's facts where there is one.
+
+    ``plan_arm`` reads a check plan's arm (given with ``plan_path``); it comes from the caller because the check,
+    which knows plans and the embedded runtime, sits above the inventory.
+    """
     from specguard.inventory.collect import from_args, from_server, lengths_from_runs
     from specguard.server_metrics.server_facts import inspect_server
     from specguard.vllm.serve_inputs import load_command, load_config
@@ -46,6 +53,7 @@ def build_inventory(req: InventoryRequest) -> Inventory:
     args = load_command(req.command) if req.command is not None else None
     url = req.url
     if req.plan_path is not None:
+        assert plan_arm is not None, "a request with plan_path needs plan_arm"
         launch_args, endpoint_url = plan_arm(req.plan_path, req.arm)
         args, url = args or launch_args, url or endpoint_url
     cfg = load_config(req.config) if req.config is not None else None
@@ -71,23 +79,3 @@ def _check_options(req: InventoryRequest) -> None:
     if not req.force:
         refuse_existing([req.out_path], "--out")
     output_file(req.out_path, "--out")
-
-
-def plan_arm(plan_path: Path, arm: ArmName | None) -> tuple[list[str] | None, str | None]:
-    """A check plan's arm as server arguments (a launched arm) or its URL (an endpoint arm)."""
-    # Imported here, at call time: the check side and the embedded runtime are heavy, and needed only with --plan.
-    from specguard.check.plan import load_plan
-    from specguard.embedded.launch import server_spec_for, uses_embedded
-    from specguard.embedded.models import ensure_models
-    from specguard.embedded.runtime import ensure_runtime
-    from specguard.inventory.collect import spec_args
-
-    if arm is None:
-        raise OptionError("--plan needs --arm baseline or --arm candidate")
-    plan = load_plan(plan_path)
-    chosen = getattr(plan.arms, arm)
-    if chosen.endpoint is not None:
-        return None, chosen.endpoint.base_url
-    assert chosen.launch is not None  # an arm is an endpoint or a launch (the plan model says so)
-    models = ensure_models(ensure_runtime()) if uses_embedded(plan) else None
-    return spec_args(server_spec_for(chosen.launch, models, 0)), None

@@ -58,7 +58,8 @@ from specguard.loadgen.sse import (
     output_token_ids,
 )
 from specguard.loadgen.stream_result import StreamResult
-from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord, TokenSource
+from specguard.results.models import OutputRecord, RequestRecord, TokenSource
+from specguard.results.run_dir import RunDir
 from specguard.results.store import JsonlAppender
 
 _LEN = struct.Struct(">I")
@@ -357,7 +358,7 @@ def _main() -> None:
         tokenizer = _token_counter(a.tokenizer)
     try:
         out = JsonlAppender(a.out)
-        outputs = JsonlAppender(a.out.parent / OUTPUTS_FILE) if a.outputs else None
+        outputs = JsonlAppender(RunDir(a.out.parent).outputs_jsonl) if a.outputs else None
     except OSError as exc:
         _say_failure(exc)
         return

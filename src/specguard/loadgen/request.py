@@ -23,7 +23,7 @@ from specguard.loadgen.datasets.options import PromptOptions, parse_field_map, p
 from specguard.loadgen.prompts import load_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink
 from specguard.results.models import LoadShape, Summary
-from specguard.results.store import REQUESTS_FILE, RUN_FILE
+from specguard.results.run_dir import RunDir
 from specguard.server_metrics.server_facts import server_root
 from specguard.validation import check_base_url, default, finite, options, tokenizer_option
 
@@ -265,6 +265,6 @@ def _check_new_run_dir(out: Path) -> None:
         raise OptionError("--out: expected a new run directory, got an empty path or '.' (the working directory)")
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: is a file; expected a new run directory")
-    held = [name for name in (REQUESTS_FILE, RUN_FILE) if (out / name).exists()]
+    held = RunDir(out).held()
     if held:
         raise OutputExistsError(f"--out {out}: already holds a run ({', '.join(held)}); choose a new --out directory")

@@ -43,11 +43,12 @@ from specguard.results.models import (
     Slo,
     Summary,
 )
-from specguard.results.store import GPU_METRICS_FILE, JsonlAppender, RunWriter, load_gpu_samples, read_jsonl
+from specguard.results.run_dir import RunDir, RunWriter, load_gpu_samples
+from specguard.results.store import JsonlAppender, read_jsonl
 from specguard.server_metrics.gpu import gpu_source
 from specguard.server_metrics.scraper import ScraperProcess, scrape_once
 from specguard.server_metrics.server_facts import auth_headers, inspect_server
-from specguard.sim.marker import SIMULATED_SERVER_BANNER, is_simulated_version
+from specguard.simulated import SIMULATED_SERVER_BANNER, is_simulated_version
 from specguard.validation import HttpUrl
 from specguard.vllm.urls import endpoint_url, server_root
 
@@ -388,7 +389,7 @@ class _Measurement:
         if not (self.cfg.metrics_url or gpu):
             await self.recorder.start()
             return
-        gpu_out = self.cfg.out_dir / GPU_METRICS_FILE
+        gpu_out = RunDir(self.cfg.out_dir).gpu_metrics_jsonl
         self.scraper = ScraperProcess(
             self.cfg.metrics_url, self.cfg.scrape_interval_s, self.writer.metrics.path, self.helper_cpus, gpu, gpu_out
         )
@@ -431,7 +432,7 @@ class _Measurement:
 
     def _record_gpu_unavailable(self, reason: str) -> None:
         """The one line of a run whose GPUs cannot be sampled: the reason, kept with the run."""
-        appender = JsonlAppender(self.cfg.out_dir / GPU_METRICS_FILE)
+        appender = JsonlAppender(RunDir(self.cfg.out_dir).gpu_metrics_jsonl)
         try:
             appender.append(GpuSample(t_s=0.0, phase="before", source=None, ok=False, error=reason), sync=False)
         finally:

@@ -6,6 +6,7 @@ DIR/runs/ARM/repN/TRAFFIC__SAMPLING__pI/   one ``bench`` run directory per cell 
 DIR/logs/ARM-repN.log                  a launched server's log for that block
 DIR/interrupted/TIME/ARM/repN/...      the partial runs of a block that was interrupted (kept, not reused)
 DIR/verdict.json, report.md, report.html          the outcome of a complete check
+DIR/equivalence.json                   StoredEquivalence: the greedy outputs' comparison per temperature-0 cell
 DIR/report-partial.md, report-partial.html        what an interrupted check has (no verdict)
 """
 
@@ -15,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specguard.results.store import RUN_FILE, SUMMARY_FILE
+from specguard.results.run_dir import RunDir
 
 ARMS = ("baseline", "candidate")
 
@@ -57,12 +58,13 @@ class CheckDir:
         return self.root / "report-partial.html"
 
     @property
-    def cells_csv(self) -> Path:
-        return self.root / "cells.csv"
+    def equivalence_json(self) -> Path:
+        """The greedy-output comparison per temperature-0 cell, kept after the outputs are deleted."""
+        return self.root / "equivalence.json"
 
     @property
-    def outputs(self) -> tuple[Path, Path, Path, Path]:
-        return self.verdict_json, self.report_md, self.report_html, self.cells_csv
+    def cells_csv(self) -> Path:
+        return self.root / "cells.csv"
 
     def block_dir(self, arm: str, rep: int) -> Path:
         return self.root / "runs" / arm / f"rep{rep}"
@@ -72,10 +74,10 @@ class CheckDir:
 
     def arm_runs(self, arm: str) -> list[Path]:
         """Every run directory of an arm that has run.json, in repetition then cell order."""
-        return sorted(p.parent for p in (self.root / "runs" / arm).glob(f"rep*/*/{RUN_FILE}"))
+        return sorted(p.parent for p in (self.root / "runs" / arm).glob(f"rep*/*/{RunDir.RUN}"))
 
     def has_summary(self, arm: str, rep: int, key: str) -> bool:
-        return (self.run_dir(arm, rep, key) / SUMMARY_FILE).exists()
+        return RunDir(self.run_dir(arm, rep, key)).has_summary()
 
     def measured_runs(self, arm: str, key: str, repetitions: int) -> list[Path]:
         """One cell's run directories of an arm, repetitions 1..N in order, those with a summary only."""

@@ -1,6 +1,6 @@
 """File formats of a run directory: one pydantic model per file, each with a schema version.
 
-A run directory holds:
+A run directory holds (``run_dir.RunDir`` names the files):
   run.json             RunInfo          what was run, against what, when
   requests.jsonl       RequestRecord    one line per measured request, flushed as each finishes
   server_metrics.jsonl MetricsSample    one line per /metrics scrape (or failed scrape)
@@ -24,7 +24,6 @@ METRICS_SCHEMA: Final = "specguard.server_metrics/1"
 SUMMARY_SCHEMA: Final = "specguard.summary/1"
 GPU_SCHEMA: Final = "specguard.gpu_metrics/1"
 OUTPUT_SCHEMA: Final = "specguard.output/1"
-OUTPUTS_FILE: Final = "outputs.jsonl"
 
 TokenSource = Literal["server_usage", "local_tokenizer", "chunk_count"]
 
@@ -280,6 +279,20 @@ class SloAttainment(StrictModel):
     )
 
 
+class WarningNote(StrictModel):
+    """A warning as data, made where the warning is made: its kind, its number and the limit it crossed, where.
+
+    ``text`` is the sentence as shown in ``warnings``; reports group and rank by ``kind`` and ``value`` and never
+    read a number back out of the sentence.
+    """
+
+    kind: str = Field(description="what the warning is about (report/build/warning_groups.py's KINDS)")
+    text: str
+    value: float | None = Field(default=None, description="its number, as the sentence shows it")
+    limit: float | None = Field(default=None, description="the threshold it crossed, when it has one")
+    where: str | None = Field(default=None, description="'traffic / sampling / arm' of a run, a cell's name, ...")
+
+
 class Summary(StrictModel):
     schema_version: Literal["specguard.summary/1"] = SUMMARY_SCHEMA
     requests: int
@@ -318,4 +331,5 @@ class Summary(StrictModel):
     scrape_gaps: int
     notes: list[str]
     warnings: list[str]
+    warning_notes: list[WarningNote] = Field(default_factory=list, description="the warnings of known kinds, as data")
     definitions: dict[str, str]

@@ -1,4 +1,4 @@
-"""Reading and writing a run directory.
+"""Reading and writing the files of a run directory (``run_dir.RunDir`` names them) and of a command's ``--out``.
 
 Records are appended and flushed (and fsynced) one by one as requests finish,
 so an interrupted run or a crash keeps every completed request on disk.
@@ -16,14 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from specguard.errors import InputFileError, OutputExistsError, OutputWriteError
-from specguard.results.models import GpuSample, MetricsSample, RequestRecord, RunInfo, Summary
 from specguard.validation import describe, read_input_text
-
-RUN_FILE = "run.json"
-REQUESTS_FILE = "requests.jsonl"
-METRICS_FILE = "server_metrics.jsonl"
-GPU_METRICS_FILE = "gpu_metrics.jsonl"
-SUMMARY_FILE = "summary.json"
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,27 +55,6 @@ class JsonlAppender:
                 self._fh.close()
             except OSError:
                 pass  # a flush that failed (disk full) already raised where the line was written
-
-
-class RunWriter:
-    def __init__(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        existing = [p.name for p in (out_dir / REQUESTS_FILE, out_dir / RUN_FILE) if p.exists()]
-        if existing:
-            raise RunDirError(f"{out_dir}: already holds a run ({', '.join(existing)}); choose a new --out directory")
-        self.dir = out_dir
-        self.requests_path = out_dir / REQUESTS_FILE
-        self.requests_path.touch()
-        self.metrics = JsonlAppender(out_dir / METRICS_FILE)
-
-    def write_run(self, info: RunInfo) -> None:
-        write_json_atomic(self.dir / RUN_FILE, info)
-
-    def write_summary(self, summary: Summary) -> None:
-        write_json_atomic(self.dir / SUMMARY_FILE, summary)
-
-    def close(self) -> None:
-        self.metrics.close()
 
 
 def write_json_atomic(path: Path, model: BaseModel) -> None:
@@ -163,43 +135,6 @@ def read_jsonl(path: Path, model: type[M]) -> list[M]:
             err = exc.errors()[0]
             raise RunDirError(f"{path}:{i + 1}: key '{'.'.join(map(str, err['loc']))}': {err['msg']}") from exc
     return out
-
-
-def load_run(run_dir: Path) -> tuple[RunInfo, list[RequestRecord], list[MetricsSample]]:
-    if not run_dir.exists():
-        raise RunDirError(f"{run_dir}: run directory not found")
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: not a directory; expected a run directory written by 'specguard bench'")
-    info = read_json(run_dir / RUN_FILE, RunInfo)
-    records = read_jsonl(run_dir / REQUESTS_FILE, RequestRecord)
-    samples = read_jsonl(run_dir / METRICS_FILE, MetricsSample) if (run_dir / METRICS_FILE).exists() else []
-    return info, records, samples
-
-
-def load_gpu_samples(run_dir: Path) -> list[GpuSample]:
-    """gpu_metrics.jsonl of a run; empty for a run that did not sample its GPUs (or predates GPU sampling)."""
-    path = run_dir / GPU_METRICS_FILE
-    return read_jsonl(path, GpuSample) if path.exists() else []
-
-
-def load_summary(run_dir: Path) -> Summary:
-    return read_json(run_dir / SUMMARY_FILE, Summary)
-
-
-def load_or_recompute_summary(run_dir: Path) -> Summary:
-    """summary.json, or, for a run killed before it wrote one, the summary recomputed from its records, marked incomplete."""
-    from specguard.analysis.summarize import summarize
-
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: run directory not found" if not run_dir.exists() else f"{run_dir}: not a directory")
-    if (run_dir / SUMMARY_FILE).exists():
-        return load_summary(run_dir)
-    if not (run_dir / REQUESTS_FILE).exists():
-        raise RunDirError(f"{run_dir}: not a run directory (no {SUMMARY_FILE} and no {REQUESTS_FILE})")
-    info, records, samples = load_run(run_dir)
-    records.sort(key=lambda r: r.seq)
-    gpu = load_gpu_samples(run_dir)
-    return summarize(records, samples, interrupted=info.interrupted, incomplete=True, slo=info.slo, gpu_samples=gpu)
 
 
 def dumps(model: BaseModel) -> str:

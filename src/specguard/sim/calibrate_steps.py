@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from specguard.errors import InputFileError
 from specguard.results.models import MetricsSample, RequestRecord, RunInfo
-from specguard.results.store import load_run
+from specguard.results.run_dir import load_run
 from specguard.server_metrics.parse import counter_delta
 
 F64 = NDArray[np.float64]

@@ -16,8 +16,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specguard.errors import InputFileError
+from specguard.loadgen.run_summary import load_or_recompute_summary
 from specguard.results.models import Summary
-from specguard.results.store import load_or_recompute_summary, load_run
+from specguard.results.run_dir import load_run
 
 
 @dataclass(frozen=True)

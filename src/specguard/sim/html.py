@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specguard.errors import OutputExistsError, OutputWriteError
-from specguard.report.html import COLORS, chart_div, render_page
-from specguard.report.numbers import fmt, fmt_ratio
+from specguard.number_format import fmt, fmt_ratio
+from specguard.report.render.html import COLORS, chart_div, render_page
 from specguard.sim.render import band_line, crossover_line, metric_rows, prediction_note, setup_line
 from specguard.sim.results import ArmMetrics, SimReport
 

@@ -14,7 +14,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from specguard.report.numbers import fmt, fmt_ratio
+from specguard.number_format import fmt, fmt_ratio
 from specguard.sim.calibrate import CalibrationReport
 from specguard.sim.results import ArmMetrics, KBand, RatePoint, SimReport
 

@@ -32,11 +32,11 @@ import numpy as np
 from aiohttp import web
 
 from specguard.sim.engine import EngineConfig, SimEngine
-from specguard.sim.marker import IMITATED_VLLM, SIM_HEADER, SIM_VERSION
 from specguard.sim.run import SimRequest, build_arm
 from specguard.sim.serve_loop import EngineLoop, Stream
 from specguard.sim.serve_metrics import SimMetrics
 from specguard.sim.step_time import StepTime
+from specguard.simulated import IMITATED_VLLM, SIM_HEADER, SIM_VERSION
 
 __all__ = ["IMITATED_VLLM", "SIM_HEADER", "SimServer", "build_server", "prompt_tokens", "serve"]
 

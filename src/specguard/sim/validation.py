@@ -178,7 +178,7 @@ def validate_embedded(
 
 
 def _repeats(runs: Sequence[tuple[EmbeddedLoad, Path]]) -> list[RepeatedRun]:
-    from specguard.results.store import load_or_recompute_summary
+    from specguard.loadgen.run_summary import load_or_recompute_summary
 
     by_name = {load.name: d for load, d in runs}
     out = []

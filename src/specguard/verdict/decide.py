@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.definitions import HIGHER_IS_BETTER
 from specguard.analysis.gpu_usage import higher_utilisation_warning
-from specguard.report.numbers import fmt_change, fmt_ratio_ci
+from specguard.number_format import fmt_change, fmt_ratio_ci
+from specguard.results.models import WarningNote
 from specguard.verdict.budget_tests import GO_SIDE_ALPHA, holm, ratio_lower, ratio_upper
 from specguard.verdict.cell_guards import cell_guard_tests
 from specguard.verdict.guards import GuardTest, equivalence_warnings
@@ -345,6 +346,7 @@ def decide(
     unsure = [r for r in found if is_unsure(r)]
     verdict, reasons = verdict_and_reasons(nogo, unsure, bool(cells), go_reason(obj_name, objective))
     warnings = [w for c in cells for w in cell_warnings(c)]
+    notes = {n.text: n for c in cells for n in cell_warning_notes(c)}  # one per sentence, as warnings are
     if level_scope:
         warnings += confined_regression_warnings(cells, guardrails)
     return Verdict(
@@ -352,6 +354,7 @@ def decide(
         reasons=reasons,
         lines=lines,
         warnings=sorted(set(warnings), key=warnings.index),
+        warning_notes=list(notes.values()),
         crossover=crossovers(cells, higher),
         objective=obj_name,
         tests=tests_at_look(cells, objective_reasons, obj_name, higher, look, by_test, beyond),
@@ -431,18 +434,36 @@ def undecided_traffic(
 def cell_warnings(cell: CellComparison) -> list[str]:
     # Client warnings belong to whole runs, shared by the segments of a cell.
     out = [f"{cell.traffic} / {cell.sampling}: {w}" for w in cell.client_warnings]
+    return out + [n.text for n in server_side_notes(cell)] + equivalence_warnings(cell)
+
+
+def cell_warning_notes(cell: CellComparison) -> list[WarningNote]:
+    """The cell's warnings of known kinds as data: its runs' client warnings ('where' the arm), then the server side's."""
+    at = f"{cell.traffic} / {cell.sampling}"
+    client = [n.model_copy(update={"text": f"{at}: {n.text}", "where": f"{at} / {n.where}"}) for n in cell.client_notes]
+    return client + server_side_notes(cell)
+
+
+def server_side_notes(cell: CellComparison) -> list[WarningNote]:
+    """Low acceptance, KV-cache usage or waiting requests risen on the candidate, its GPUs busier: made here as data."""
+    out: list[WarningNote] = []
     if cell.acceptance_rate is not None and cell.acceptance_rate < 0.5:
-        out.append(f"{cell.name}: acceptance rate {cell.acceptance_rate:.2f} < 0.5, speculation is likely net-negative")
-    for what, b, c in (
-        ("KV-cache usage", cell.kv_usage_baseline, cell.kv_usage_candidate),
-        ("waiting requests", cell.waiting_baseline, cell.waiting_candidate),
+        text = f"{cell.name}: acceptance rate {cell.acceptance_rate:.2f} < 0.5, speculation is likely net-negative"
+        rate = round(cell.acceptance_rate, 2)
+        out.append(WarningNote(kind="low_acceptance", text=text, value=rate, limit=0.5, where=cell.name))
+    for kind, what, b, c in (
+        ("kv_usage_rose", "KV-cache usage", cell.kv_usage_baseline, cell.kv_usage_candidate),
+        ("waiting_rose", "waiting requests", cell.waiting_baseline, cell.waiting_candidate),
     ):
         if b is not None and c is not None and c > b * 1.2 + 0.01:
-            out.append(f"{cell.name}: {what} rose on the candidate ({b:.3f} -> {c:.3f} mean)")
+            text = f"{cell.name}: {what} rose on the candidate ({b:.3f} -> {c:.3f} mean)"
+            out.append(WarningNote(kind=kind, text=text, value=round(c, 3), where=cell.name))
     gpu = higher_utilisation_warning(
         cell.name, cell.gpu_util_baseline, cell.gpu_util_candidate, cell.tokens_per_s_baseline, cell.tokens_per_s_candidate
     )
-    return out + ([gpu] if gpu else []) + equivalence_warnings(cell)
+    if gpu is not None and cell.gpu_util_candidate is not None:
+        out.append(WarningNote(kind="gpu_busier", text=gpu, value=round(cell.gpu_util_candidate), where=cell.name))
+    return out
 
 
 def crossover_brackets(cells: Sequence[CellComparison], higher_is_better: bool) -> list[Crossover]:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from specguard.analysis.ab_statistics import RatioResult
 from specguard.analysis.equivalence import SegmentEquivalence
+from specguard.results.models import WarningNote
 
 Status = Literal["better", "worse", "no detectable difference", "inconclusive"]
 VerdictName = Literal["GO", "NO-GO", "INCONCLUSIVE"]
@@ -105,6 +106,7 @@ class CellComparison(BaseModel):
     tokens_per_s_baseline: float | None = Field(default=None, description="mean output tokens/s over the arm's runs")
     tokens_per_s_candidate: float | None = None
     client_warnings: list[str] = []
+    client_notes: list[WarningNote] = []  # the client warnings as data, 'where' the arm
     metrics: dict[str, dict[str, RatioResult]] = {}
     equivalence: SegmentEquivalence | None = Field(
         default=None, description="greedy-output comparison (temperature-0 cells whose outputs were collected)"
@@ -241,6 +243,7 @@ class Verdict(BaseModel):
     reasons: list[Reason]
     lines: list[CellLine]
     warnings: list[str]
+    warning_notes: list[WarningNote] = []  # the warnings of known kinds, as data
     crossover: list[str]
     objective: str
     tests: list[TestAtLook] = []  # every test as it stood at this look (objective per target cell, guardrails)

@@ -32,6 +32,15 @@ class ServerSpec(StrictModel):
         return self.served_model_name or self.model
 
 
+class LaunchSpec(ServerSpec):
+    """A vLLM server specguard starts itself (a check plan's launched arm, a canary's pool).
+
+    ``model: embedded:target`` uses the embedded model set; ``sim:NAME`` specguard's simulated server.
+    """
+
+    startup_timeout_s: float = 900.0
+
+
 def build_argv(spec: ServerSpec, serve_argv: list[str], port: int) -> list[str]:
     """Full argv: ``serve_argv`` is ``[vllm, serve]`` or ``[python, -m, vllm.entrypoints.openai.api_server]``."""
     argv = list(serve_argv)

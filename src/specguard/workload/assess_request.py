@@ -107,7 +107,7 @@ def segment_rules(specs: list[str]) -> Rules:
 
 def _load_facts(req: AssessRequest) -> LoadFacts:
     """Capacity from --capacity-rps or a bench run, concurrency and warnings from a plan JSON."""
-    from specguard.results.store import load_or_recompute_summary
+    from specguard.loadgen.run_summary import load_or_recompute_summary
 
     load = LoadFacts(capacity_rps=req.capacity_rps)
     if req.bench_run is not None and req.capacity_rps is None:

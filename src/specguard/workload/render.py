@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from specguard.report.numbers import fmt, fmt_percent
+from specguard.number_format import fmt, fmt_percent
 from specguard.workload.assess import AssessReport, ProposerResult
 
 

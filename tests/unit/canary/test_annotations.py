@@ -23,7 +23,7 @@ from specguard.canary.observability import dashboard_pin_for, observability_file
 from specguard.canary.observability.dashboard import dashboard_pin
 from specguard.canary.spec.rollout import Rollout
 from specguard.canary.state.records import CanaryEvent
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.inventory.model import Inventory, ModelIdentity
 
 V032 = (0, 32, 0)

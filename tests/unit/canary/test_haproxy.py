@@ -27,7 +27,7 @@ from specguard.canary.routers.haproxy import (
 )
 from specguard.canary.spec.engine import HAProxyEngine
 from specguard.canary.spec.rollout import DEFAULT_STEPS, Rollout
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.errors import ExitCode, InputFileError, OptionError, RuntimeFailure
 from tests.haproxy_harness import HAPROXY
 

@@ -26,7 +26,7 @@ from specguard.canary.observability.dashboard import GRAFANA_SCHEMA_VERSION, das
 from specguard.canary.observability.recording import plan_recording
 from specguard.canary.observability.rulefile import AlertingRule, RecordingRule, read_rule_file
 from specguard.canary.spec.rollout import Rollout
-from specguard.cli import app
+from specguard.cli.app import app
 from specguard.errors import ExitCode
 
 STEPS = 40  # samples 15 s apart: ten minutes of series

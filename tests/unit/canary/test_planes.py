@@ -30,7 +30,6 @@ MAY_IMPORT: dict[str, set[str]] = {
     "routers": {"spec", "proxy", "evidence", "control.hooks"},
     "notify": {"spec", "state", "observability"},
     "ops": {"spec", "proxy", "routers"},
-    "report.py": {"spec", "state", "judge"},
 }
 IO_MODULES = ("aiohttp", "asyncio", "socket", "sqlite3", "subprocess", "urllib", "specguard.canary.state.store")
 

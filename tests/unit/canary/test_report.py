@@ -19,13 +19,13 @@ from specguard.analysis.percentiles import percentiles
 from specguard.analysis.request_metrics import per_token_itl
 from specguard.canary.judge.decision import CriticalEvent, Decision, RolloutRule, StepProgress, StepRule, WindowRecord, decide
 from specguard.canary.judge.window import AnalysisPolicy, MetricRule, WindowAnalysis, analyse_window, error_control_text
-from specguard.canary.report import build_canary_report_data, write_canary_report
 from specguard.canary.spec.rollout import Rollout
 from specguard.canary.state.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.errors import OutputExistsError
-from specguard.report.canary_html import CHART_IDS, render_canary_html
-from specguard.report.canary_markdown import render_canary_markdown
-from specguard.report.numbers import fmt, fmt_percent
+from specguard.number_format import fmt, fmt_percent
+from specguard.report.build.canary import build_canary_report_data, write_canary_report
+from specguard.report.render.canary_html import CHART_IDS, render_canary_html
+from specguard.report.render.canary_markdown import render_canary_markdown
 from tests.browser import contrast_probe, contrast_ratio, inspect_page
 from tests.unit.canary.test_analysis import one_segment, pool
 

@@ -19,9 +19,9 @@ from specguard.canary.spec.rollout import (
     load_rollout,
     split_listen,
 )
-from specguard.check.plan import LaunchSpec
 from specguard.errors import ExitCode, InputFileError, OptionError
 from specguard.server_metrics.names import GAUGES
+from specguard.vllm.server_spec import LaunchSpec
 from tests.canary_harness import MINIMAL_ROLLOUT
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -15,7 +15,8 @@ from specguard.check.runner import resolve_plan, run_check
 from specguard.errors import UsageError
 from specguard.results.check_dir import CheckDir
 from specguard.results.models import RequestRecord
-from specguard.results.store import load_run, load_summary, write_json_atomic
+from specguard.results.run_dir import load_run, load_summary
+from specguard.results.store import write_json_atomic
 from tests.foreign_files import vllm_bench_result
 
 CELL = "steady__greedy__p0"

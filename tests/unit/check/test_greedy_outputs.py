@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from specguard.check.outputs import EQUIVALENCE_FILE, cell_equivalence, forget_outputs, greedy_cells
+from specguard.check.outputs import cell_equivalence, forget_outputs, greedy_cells
 from specguard.check.plan import CheckPlan
 from specguard.results.check_dir import CheckDir, cell_key
-from specguard.results.models import OUTPUTS_FILE, OutputRecord, RequestRecord
+from specguard.results.models import OutputRecord, RequestRecord
+from specguard.results.run_dir import RunDir
 from specguard.results.store import JsonlAppender
 
 PLAN = {
@@ -27,7 +28,7 @@ PLAN = {
 def write_run(run_dir: Path, outputs: list[list[int]]) -> None:
     run_dir.mkdir(parents=True)
     recs = JsonlAppender(run_dir / "requests.jsonl")
-    outs = JsonlAppender(run_dir / OUTPUTS_FILE)
+    outs = JsonlAppender(run_dir / RunDir.OUTPUTS)
     for seq, ids in enumerate(outputs):
         recs.append(
             RequestRecord(
@@ -70,7 +71,7 @@ def test_comparison_is_stored_and_the_outputs_deleted_after_the_verdict(tmp_path
     live = cell_equivalence(plan, tmp_path, key)
     assert live is not None and live["chat"].candidate.differing == 1 and live["chat"].baseline.compared == 2
     forget_outputs(plan, tmp_path)
-    assert list(tmp_path.rglob(OUTPUTS_FILE)) == [] and (tmp_path / EQUIVALENCE_FILE).exists()
+    assert list(tmp_path.rglob(RunDir.OUTPUTS)) == [] and CheckDir(tmp_path).equivalence_json.exists()
     assert cell_equivalence(plan, tmp_path, key) == live  # a report rebuilt later reads the stored result
 
 
@@ -79,7 +80,7 @@ def test_keep_output_keeps_the_outputs(tmp_path: Path) -> None:
     key = greedy_cells(plan)[0]
     write_run(CheckDir(tmp_path).run_dir("baseline", 1, key), [[1]])
     forget_outputs(plan, tmp_path)
-    assert len(list(tmp_path.rglob(OUTPUTS_FILE))) == 1
+    assert len(list(tmp_path.rglob(RunDir.OUTPUTS))) == 1
 
 
 def test_plan_keys_for_equivalence_and_the_goodput_guardrail() -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specguard.check.plan import Arm, Arms, CheckPlan, LaunchSpec
-from specguard.embedded.launch import server_spec_for, uses_embedded
+from specguard.check.launchers.embedded import uses_embedded
+from specguard.check.plan import Arm, Arms, CheckPlan
+from specguard.embedded.launch import server_spec_for
 from specguard.embedded.models import ModelSet, ModelSetSpec
 from specguard.embedded.servers import EMBEDDED_SERVER_ENV, SERVED_NAME
+from specguard.vllm.server_spec import LaunchSpec
 
 
 def launched(**launch: object) -> Arm:
@@ -51,7 +53,7 @@ def test_uses_embedded_sees_a_draft_name_too() -> None:
 
 
 def test_the_embedded_launcher_gives_server_and_client_their_own_cores(tmp_path: Path, monkeypatch) -> None:
-    import specguard.embedded.launch as launch_mod
+    import specguard.check.launchers.embedded as launch_mod
     from specguard.check.plan import load_plan
     from specguard.demo import DEMO_PLAN
     from specguard.embedded.runtime import VllmRuntime

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from specguard.analysis.summarize import summarize
 from specguard.loadgen.request import BenchRequest, bench_config
-from specguard.report.terminal import print_summaries
+from specguard.report.render.terminal import print_summaries
 from specguard.results.models import Slo
 from tests.unit.analysis.test_slo import record
 

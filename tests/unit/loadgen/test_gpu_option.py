@@ -10,7 +10,7 @@ from specguard.validation import options
 
 
 def _request(gpu_metrics_url: str | None) -> BenchRequest:
-    """As the command line builds it (cli.py's bench)."""
+    """As the command line builds it (cli/app.py's bench)."""
     values = {"base_url": "http://127.0.0.1:8000", "model": "m", "prompts": "synthetic:random", "out": "runs/x"}
     return options(BenchRequest, {**values, "num_requests": 2, "gpu_metrics_url": gpu_metrics_url}, BENCH_OPTIONS)
 

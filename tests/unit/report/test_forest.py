@@ -6,10 +6,10 @@ import json
 import re
 
 from specguard.check.report import build_report_data
-from specguard.report.forest import deciding_cells, deciding_line, forest
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.verdict_terminal import render_terminal
+from specguard.report.build.forest import deciding_cells, deciding_line, forest
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.verdict import Reason
 from tests.unit.report.test_numbers import cell, ratio
 from tests.unit.report.test_report import make_check

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from specguard.report.data import Charts, GpuPanel, GpuTrace
-from specguard.report.html import gpu_panels
-from specguard.report.terminal import _gpu
+from specguard.report.model.data import Charts, GpuPanel, GpuTrace
+from specguard.report.render.html import gpu_panels
+from specguard.report.render.terminal import _gpu
 from specguard.results.models import GpuStats, GpuUsage
 
 

@@ -15,16 +15,16 @@ from specguard.analysis.gpu_usage import gpu_usage
 from specguard.check.plan import Equivalence
 from specguard.check.record import CheckRecord
 from specguard.check.report import build_report_data, write_outputs
-from specguard.report.data import ReportData
-from specguard.report.gpu_table import NOT_SAMPLED
-from specguard.report.greedy_table import NO_GREEDY, NO_OUTPUTS, equivalence_line, equivalence_table
-from specguard.report.html import render_html
-from specguard.report.markdown import equivalence_lines, render_markdown
-from specguard.report.terminal import summary_table
-from specguard.report.verdict_terminal import render_terminal
+from specguard.report.build.greedy_table import NO_GREEDY, NO_OUTPUTS, equivalence_line, equivalence_table
+from specguard.report.model.data import ReportData
+from specguard.report.render.gpu_table import NOT_SAMPLED
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import equivalence_lines, render_markdown
+from specguard.report.render.terminal import summary_table
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.results.check_dir import CheckDir, cell_key
-from specguard.results.models import OUTPUTS_FILE, GpuReading, GpuSample, OutputRecord
-from specguard.results.store import GPU_METRICS_FILE, load_gpu_samples, load_summary
+from specguard.results.models import GpuReading, GpuSample, OutputRecord
+from specguard.results.run_dir import RunDir, load_gpu_samples, load_summary
 from tests.unit.report.test_report import make_check
 
 KEY = cell_key("steady", "greedy", 0)
@@ -54,7 +54,7 @@ def add_outputs(out: Path) -> None:
                 OutputRecord(seq=i, item=i, token_ids=_diverged(i, at) if i in items else _reference(i)).model_dump_json()
                 for i in range(N)
             ]
-            (d.run_dir(arm, rep, KEY) / OUTPUTS_FILE).write_text("\n".join(lines) + "\n")
+            (d.run_dir(arm, rep, KEY) / RunDir.OUTPUTS).write_text("\n".join(lines) + "\n")
 
 
 def _gpu(t: float, util: float, mem: float, clock: float, power: float) -> GpuSample:
@@ -85,7 +85,7 @@ def add_gpu_samples(out: Path) -> None:
     ]
     cand = [GpuSample(t_s=1.0, phase="during", source="nvml", ok=False, error=NVML_MISSING)]
     for arm, samples in (("baseline", base), ("candidate", cand)):
-        path = d.run_dir(arm, 1, KEY) / GPU_METRICS_FILE
+        path = d.run_dir(arm, 1, KEY) / RunDir.GPU_METRICS
         path.write_text("".join(s.model_dump_json() + "\n" for s in samples))
 
 

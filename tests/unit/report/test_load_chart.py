@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specguard.report.data import Charts, LoadSeries
-from specguard.report.html import latency_vs_load
+from specguard.report.model.data import Charts, LoadSeries
+from specguard.report.render.html import latency_vs_load
 from specguard.verdict import Crossover
 
 

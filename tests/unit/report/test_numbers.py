@@ -6,7 +6,7 @@ import math
 import re
 
 from specguard.analysis.ab_statistics import RatioResult
-from specguard.report.numbers import fmt_change, fmt_ratio, fmt_ratio_ci
+from specguard.number_format import fmt_change, fmt_ratio, fmt_ratio_ci
 from specguard.verdict import CellComparison
 from specguard.verdict.decide import cell_line
 

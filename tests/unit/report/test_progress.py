@@ -12,7 +12,7 @@ from specguard.check.plan import CheckPlan
 from specguard.check.runner import run_check
 from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import MatrixProgress
-from specguard.report.terminal import CountProgress, RichCheckProgress, StepProgress, show_progress
+from specguard.report.render.terminal import CountProgress, RichCheckProgress, StepProgress, show_progress
 from specguard.workload.assess import assess
 
 

@@ -8,10 +8,10 @@ import pytest
 
 from specguard.check.plan import Guardrails, Objective
 from specguard.check.report import build_report_data
-from specguard.report.data import ReportData, VerdictFile
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.verdict_terminal import render_terminal
+from specguard.report.model.data import ReportData, VerdictFile
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.verdict import decide, model
 from specguard.verdict.reason_groups import group_reasons
 from tests.unit.report.test_report import make_check

@@ -13,13 +13,13 @@ from specguard.analysis.summarize import summarize
 from specguard.check.plan import CheckPlan
 from specguard.check.record import CheckRecord
 from specguard.check.report import build_report_data, write_outputs
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.numbers import fmt, fmt_percent, fmt_range
-from specguard.report.verdict_terminal import render_terminal
+from specguard.number_format import fmt, fmt_percent, fmt_range
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.verdict_terminal import render_terminal
 from specguard.results.check_dir import ARMS, CheckDir, cell_key
 from specguard.results.models import LoadShape, RequestRecord, RunInfo, SamplingOverrides
-from specguard.results.store import RunWriter
+from specguard.results.run_dir import RunWriter
 
 PLAN = {
     "name": "t",
@@ -149,7 +149,7 @@ def test_one_number_format_with_one_nan_rule():
 REPORT = Path(__file__).resolve().parents[3] / "src" / "specguard" / "report"
 
 
-@pytest.mark.parametrize("module", sorted(p.name for p in REPORT.glob("*.py")))
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(REPORT)) for p in REPORT.rglob("*.py")))
 def test_report_modules_import_nothing_from_check(module):
     """Renderers only render: no module under report/ imports the check package, which builds their data."""
     import ast

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from specguard.check.report import build_report_data, write_outputs
-from specguard.report.html import CHART_IDS
+from specguard.report.render.html import CHART_IDS
 from specguard.results.check_dir import CheckDir
 from tests.browser import contrast_probe, contrast_ratio, inspect_page
 from tests.unit.report.test_greedy_gpu_report import add_gpu_samples, add_outputs

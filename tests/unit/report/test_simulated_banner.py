@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from specguard.check.report import build_report_data
-from specguard.report.data import ReportData, VerdictFile
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.partial import PartialReport, render_partial_html, render_partial_markdown
-from specguard.report.verdict_terminal import render_terminal
-from specguard.sim.marker import SIMULATED_SERVER_BANNER
+from specguard.report.model.data import ReportData, VerdictFile
+from specguard.report.model.partial import PartialReport
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.partial import render_partial_html, render_partial_markdown
+from specguard.report.render.verdict_terminal import render_terminal
+from specguard.simulated import SIMULATED_SERVER_BANNER
 from tests.unit.report.test_report import make_check
 
 

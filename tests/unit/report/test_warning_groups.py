@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from specguard.check.report import build_report_data
-from specguard.report.html import render_html
-from specguard.report.markdown import render_markdown
-from specguard.report.verdict_terminal import render_terminal
-from specguard.report.warning_groups import group_warnings, split_where
+from specguard.report.build.warning_groups import group_warnings
+from specguard.report.render.html import render_html
+from specguard.report.render.markdown import render_markdown
+from specguard.report.render.verdict_terminal import render_terminal
+from specguard.results.models import WarningNote
 from tests.unit.report.test_report import make_check
 
 LAG = "client event-loop lag p99 {v:.1f} ms exceeds 10 ms: the client may be the bottleneck and its timestamps late"
@@ -23,7 +24,24 @@ def test_24_lag_warnings_are_one_line_with_the_worst_and_where():
         ]
     ]
     assert len(warnings) == 24
-    [g] = group_warnings(warnings, runs=24)
+    # each warning comes with its data, made where the sentence is made (analysis.summarize, check.aggregate, verdict.decide)
+    values = [
+        11.0 + i + 20 * j + (130 if (t, s, arm) == ("steady", "production", "candidate") else 0)
+        for j, (t, s) in enumerate([("idle", "greedy"), ("steady", "production"), ("burst", "greedy")])
+        for arm in ("baseline", "candidate")
+        for i in range(4)
+    ]
+    wheres = [
+        f"{t} / {s} / {arm}"
+        for t, s in [("idle", "greedy"), ("steady", "production"), ("burst", "greedy")]
+        for arm in ("baseline", "candidate")
+        for _ in range(4)
+    ]
+    notes = [
+        WarningNote(kind="client_event_loop_lag", text=w, value=v, limit=10, where=at)
+        for w, v, at in zip(warnings, values, wheres, strict=True)
+    ]
+    [g] = group_warnings(warnings, notes, runs=24)
     assert g.line == "client event-loop lag above 10 ms in 24 of 24 runs, worst 164 ms at steady / production / candidate"
     assert g.texts == warnings  # nothing is lost: every sentence stays in its group
 
@@ -35,14 +53,19 @@ def test_kinds_are_kept_apart_and_an_unknown_warning_keeps_its_text():
         "burst / greedy / chat: acceptance rate 0.12 < 0.5, speculation is likely net-negative",
         "the model is not pinned (no revision, no local content hash): a hub update would go unnoticed",
     ]
-    groups = group_warnings(warnings, runs=8, cells=4)
+    notes = [
+        WarningNote(kind="client_send_lag", text=warnings[0], value=40.0, limit=10, where="steady / greedy / candidate"),
+        WarningNote(kind="low_acceptance", text=warnings[1], value=0.31, limit=0.5, where="steady / greedy / chat"),
+        WarningNote(kind="low_acceptance", text=warnings[2], value=0.12, limit=0.5, where="burst / greedy / chat"),
+    ]  # the fourth has no note: a group of its own, its sentence as it was
+    groups = group_warnings(warnings, notes, runs=8, cells=4)
     lines = [g.line for g in groups]
     assert lines == [
         "client send lag above 10 ms in 1 of 8 runs, worst 40 ms at steady / greedy / candidate",
         "acceptance rate below 0.5 in 2 of 4 cells, worst 0.12 at burst / greedy / chat",  # lower is worse here
         warnings[3],
     ]
-    assert split_where(warnings[0])[0] == "steady / greedy / candidate"
+    assert groups[0].worst_where == "steady / greedy / candidate"
 
 
 def test_every_renderer_shows_the_grouped_line(tmp_path):

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from specguard.results.models import LoadShape, MetricsSample, RequestRecord, RunInfo, SamplingOverrides
-from specguard.results.store import JsonlAppender, RunWriter
+from specguard.results.run_dir import RunWriter
+from specguard.results.store import JsonlAppender
 from specguard.sim.engine import EngineConfig, KSchedule, SimEngine, Speculation
 from specguard.sim.step_time import LinearProfile, ProposerCost
 

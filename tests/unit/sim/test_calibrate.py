@@ -10,7 +10,8 @@ import pytest
 
 from specguard.errors import InputFileError, OutputExistsError, UsageError
 from specguard.results.models import RequestRecord
-from specguard.results.store import REQUESTS_FILE, read_jsonl
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_jsonl
 from specguard.sim.calibrate import CalibrationReport, calibrate, load_profile, save_profile, sim_profile
 from specguard.sim.step_time import LinearProfile
 
@@ -78,7 +79,7 @@ def test_a_run_where_every_request_failed_is_named(tmp_path: Path, exact: Calibr
 
 def test_a_run_without_streamed_tokens_is_named(tmp_path: Path) -> None:
     run = write_run(tmp_path / "nostream", seed=1)
-    path = run / REQUESTS_FILE
+    path = run / RunDir.REQUESTS
     records = read_jsonl(path, RequestRecord)
     # a non-streaming response: one chunk carrying every token
     lines = [r.model_copy(update={"chunk_times_s": r.chunk_times_s[-1:], "chunk_tokens": [sum(r.chunk_tokens)]}) for r in records]

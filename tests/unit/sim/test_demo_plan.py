@@ -7,10 +7,10 @@ anyone watches the demo show no crossover.
 
 from __future__ import annotations
 
+from specguard.check.launchers.simulated import sim_request
 from specguard.check.plan import load_plan
 from specguard.demo import SIMULATED_DEMO_PLAN
 from specguard.loadgen.prompts import synthetic_prompts
-from specguard.sim.launch import sim_request
 from specguard.sim.run import run_sim
 from specguard.sim.serve import prompt_tokens
 

@@ -12,7 +12,8 @@ import pytest
 
 from specguard.errors import InputFileError, OptionError
 from specguard.results.models import MetricsSample, RequestRecord
-from specguard.results.store import METRICS_FILE, REQUESTS_FILE, read_jsonl
+from specguard.results.run_dir import RunDir
+from specguard.results.store import read_jsonl
 from specguard.sim.acceptance import parse_acceptance
 from specguard.sim.inputs import PROFILE_GRID, acceptance_from, lengths_from
 from specguard.workload.assess import assess
@@ -48,7 +49,7 @@ def assessed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_a_bench_run_gives_each_requests_server_counted_lengths(spec_run: Path) -> None:
     taken = lengths_from(spec_run)
     assert taken.lengths is not None and taken.notes == []
-    records = read_jsonl(spec_run / REQUESTS_FILE, RequestRecord)
+    records = read_jsonl(spec_run / RunDir.REQUESTS, RequestRecord)
     assert taken.lengths.pairs == [(r.prompt_tokens, r.output_tokens) for r in sorted(records, key=lambda r: r.sent_s)]
     assert "60 requests of bench run" in taken.lengths.source
 
@@ -61,7 +62,7 @@ def test_a_bench_run_has_its_own_outputs_so_output_len_is_refused(spec_run: Path
 def test_a_bench_runs_counters_give_the_per_position_rates(spec_run: Path) -> None:
     taken = acceptance_from(spec_run, "ngram")
     assert taken.acceptance is not None
-    after = next(m for m in read_jsonl(spec_run / METRICS_FILE, MetricsSample) if m.phase == "after")
+    after = next(m for m in read_jsonl(spec_run / RunDir.METRICS, MetricsSample) if m.phase == "after")
     assert len(after.accepted_per_position) == 3
     expected = [a / after.counters["spec_drafts"] for a in after.accepted_per_position]
     assert taken.acceptance.per_position == pytest.approx(expected)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specguard.sim.marker import IMITATED_VLLM, SIM_VERSION, is_simulated_version
+from specguard.simulated import IMITATED_VLLM, SIM_VERSION, is_simulated_version
 from specguard.vllm.knowledge import parse_version
 
 

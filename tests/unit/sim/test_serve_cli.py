@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from specguard.cli_exit import SpecguardGroup
+from specguard.cli.exit import SpecguardGroup
 from specguard.errors import OptionError
 from specguard.sim.acceptance import parse_acceptance
 from specguard.sim.serve import prompt_tokens

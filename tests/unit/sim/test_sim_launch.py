@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from specguard.check.launchers.simulated import sim_launcher, sim_request
 from specguard.check.plan import CheckPlan, CheckPlanError, load_plan
 from specguard.demo import SIMULATED_DEMO_PLAN
-from specguard.sim.launch import sim_launcher, sim_request
 from specguard.sim.serve_process import SimServeProcess
 
 

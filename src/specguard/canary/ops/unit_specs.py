@@ -32,14 +32,13 @@ from urllib.parse import urlsplit
 
 from specguard.canary.spec.rollout import Pool, Rollout, split_listen
 from specguard.canary.spec.vocabulary import PoolName
-from specguard.check.plan import LaunchSpec
 from specguard.embedded.launch import launches_embedded, server_spec_for
 from specguard.embedded.models import MANIFEST as MODELS_MANIFEST
 from specguard.embedded.models import ModelSet, ModelSetSpec, default_models_dir
 from specguard.embedded.runtime import VllmRuntime, default_runtime_dir, load_manifest
 from specguard.errors import InputFileError, OptionError, UsageError
 from specguard.preflight.discover import DiscoveryError, locate, shebang_interpreter
-from specguard.vllm.server_spec import SECRET_FLAGS, ServerSpec, build_argv
+from specguard.vllm.server_spec import SECRET_FLAGS, LaunchSpec, ServerSpec, build_argv
 
 __all__ = [
     "CONTROLLER_UNIT",

@@ -36,10 +36,10 @@ from specguard.canary.spec.engine import (
 from specguard.canary.spec.grafana import GrafanaConfig
 from specguard.canary.spec.metrics import Metrics, ScrapeMetrics
 from specguard.canary.spec.validators import EnvName, HeaderName
-from specguard.check.plan import LaunchSpec
 from specguard.errors import InputFileError
 from specguard.models_base import FiniteModel
 from specguard.validation import HttpUrl
+from specguard.vllm.server_spec import LaunchSpec
 from specguard.yaml_files import load_yaml_model
 
 __all__ = [

@@ -34,7 +34,7 @@ def load_any_run(arg: str) -> LoadedRun:
     """A specguard run directory, a vLLM bench result file or a GuideLLM ``benchmarks.json`` (``#N`` for one of several)."""
     from specguard.results.foreign.guidellm import parse_guidellm
     from specguard.results.foreign.vllm_bench import parse_vllm_bench
-    from specguard.results.store import load_run
+    from specguard.results.run_dir import load_run
 
     path, index = split_selector(arg)
     if path.is_dir() and index is None:

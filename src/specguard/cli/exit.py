@@ -27,7 +27,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer 0
 from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit
 
-from specguard.cli_output import err
+from specguard.cli.output import err
 from specguard.embedded.runtime import specguard_home
 from specguard.errors import EXIT_CODE_TABLE, ExitCode, SpecguardError
 from specguard.lifetime import terminations_interrupt

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from specguard.cli_exit import EXIT_CODES_EPILOG
-from specguard.cli_output import err, out
+from specguard.cli.exit import EXIT_CODES_EPILOG
+from specguard.cli.output import err, out
 from specguard.errors import ExitCode
 from specguard.validation import api_key_from_env, input_path, text_option, url_option, version_option
 
@@ -171,7 +171,7 @@ def inventory(
     """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
         return
-    from specguard.inventory.request import InventoryRequest, build_inventory
+    from specguard.inventory.request import InventoryRequest, PlanArm, build_inventory
 
     request = InventoryRequest(
         url=url,
@@ -186,7 +186,12 @@ def inventory(
         out_path=out_path,
         force=force,
     )
-    inv = build_inventory(request)
+    resolve: PlanArm | None = None
+    if plan_path is not None:  # the check side and the embedded runtime are heavy: imported only with --plan
+        from specguard.check.launchers.embedded import plan_arm
+
+        resolve = plan_arm
+    inv = build_inventory(request, resolve)
     out_path.write_text(inv.model_dump_json(indent=2))
     err.print(f"wrote {out_path}", highlight=False)
 
@@ -242,7 +247,7 @@ def assess(
     quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
-    from specguard.report.terminal import CountProgress, show_progress
+    from specguard.report.render.terminal import CountProgress, show_progress
     from specguard.workload.assess_request import AssessRequest, run_assessment
     from specguard.workload.render import print_assessment
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from specguard.inventory.model import Inventory, ModelIdentity
-from specguard.report import gpu_table, greedy_table
-from specguard.report.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
-from specguard.report.forest import deciding_line
-from specguard.report.numbers import fmt, fmt_range, fmt_ratio_ci, fmt_samples
-from specguard.report.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
-from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
+from specguard.number_format import fmt, fmt_range, fmt_ratio_ci, fmt_samples
+from specguard.report.build import greedy_table
+from specguard.report.build.forest import deciding_line
+from specguard.report.model.data import Charts, EquivalenceTable, Forest, ReportData, VerdictFile
+from specguard.report.render import gpu_table
+from specguard.report.render.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
+from specguard.simulated import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = [
     "definition_lines",

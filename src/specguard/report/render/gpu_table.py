@@ -6,8 +6,8 @@ and the chart above it describe the same samples; an arm whose sampler read noth
 
 from __future__ import annotations
 
-from specguard.report.data import GpuPanel
-from specguard.report.numbers import fmt
+from specguard.number_format import fmt
+from specguard.report.model.data import GpuPanel
 from specguard.results.models import GpuStats
 
 __all__ = ["GPU_DEFINITIONS", "HEADER", "NOT_SAMPLED", "gpu_notes", "gpu_rows", "gpu_title"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specguard.check.launch import Launcher
-from specguard.check.plan import CheckPlan, CheckPlanError, LaunchSpec
+from specguard.check.plan import CheckPlan, CheckPlanError
 from specguard.errors import OptionError
 from specguard.sim.run import SimRequest, build_arms
 from specguard.sim.serve_cli import serve_request
@@ -22,7 +22,7 @@ from specguard.sim.serve_process import SimServeProcess
 from specguard.sizing.catalog import CatalogError
 from specguard.validation import finite
 from specguard.vllm.process import ManagedServer
-from specguard.vllm.server_spec import ServerSpec
+from specguard.vllm.server_spec import LaunchSpec, ServerSpec
 
 SIM_PREFIX = "sim:"
 SIM_FLAGS = ("--gpu", "--acceptance", "--max-num-seqs", "--max-num-batched-tokens", "--seed", "--time-scale")

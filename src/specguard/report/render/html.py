@@ -15,13 +15,14 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from specguard.report import gpu_table, greedy_table
-from specguard.report.data import ArmDistribution, Charts, Ecdf, EquivalenceTable, Forest, ReportData
-from specguard.report.forest import deciding_line
-from specguard.report.markdown import IMPORTED_NOTE, pinned_line
-from specguard.report.numbers import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
-from specguard.report.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
-from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
+from specguard.number_format import fmt, fmt_percent, fmt_ratio, fmt_ratio_ci, fmt_samples
+from specguard.report.build import greedy_table
+from specguard.report.build.forest import deciding_line
+from specguard.report.model.data import ArmDistribution, Charts, Ecdf, EquivalenceTable, Forest, ReportData
+from specguard.report.render import gpu_table
+from specguard.report.render.markdown import IMPORTED_NOTE, pinned_line
+from specguard.report.render.reasons import LOOK_HEADER, LOOKS_METHOD, grouped_reasons, look_rows
+from specguard.simulated import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 __all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "render_page"]
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specguard.cli_exit import EXIT_CODES_EPILOG
-from specguard.cli_output import err
+from specguard.cli.exit import EXIT_CODES_EPILOG
+from specguard.cli.output import err
 from specguard.errors import OptionError
 
 if TYPE_CHECKING:

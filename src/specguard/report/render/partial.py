@@ -9,29 +9,11 @@ from __future__ import annotations
 
 import html
 
-from pydantic import BaseModel
-
-from specguard.report.markdown import simulated_lines
-from specguard.report.numbers import fmt
-from specguard.results.models import Percentiles, Summary
-from specguard.sim.marker import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
-
-
-class PartialRun(BaseModel):
-    arm: str
-    repetition: str
-    cell: str
-    summary: Summary
-
-
-class PartialReport(BaseModel):
-    plan: str
-    plan_path: str
-    out: str
-    missing: list[str]
-    runs: list[PartialRun]
-    definitions: dict[str, str]
-    simulated: bool = False  # a run's server was specguard's simulated engine (its run.json server_version)
+from specguard.number_format import fmt
+from specguard.report.model.partial import PartialReport
+from specguard.report.render.markdown import simulated_lines
+from specguard.results.models import Percentiles
+from specguard.simulated import SIMULATED_NOTE, SIMULATED_SERVER_BANNER
 
 
 def _p(p: Percentiles, key: str) -> str:

@@ -28,7 +28,8 @@ from specguard.canary.judge.window import MetricResult, WindowAnalysis
 from specguard.canary.spec.rollout import Rollout
 from specguard.canary.state.records import CanaryEvent, ControllerState, ProxiedRequest
 from specguard.errors import OutputExistsError, OutputWriteError
-from specguard.report.canary_data import (
+from specguard.number_format import fmt, fmt_percent
+from specguard.report.model.canary_data import (
     CanaryReportData,
     DecisionRow,
     HookRow,
@@ -38,13 +39,10 @@ from specguard.report.canary_data import (
     WeightPoint,
     WindowRow,
 )
-from specguard.report.canary_html import render_canary_html
-from specguard.report.canary_markdown import render_canary_markdown
-from specguard.report.numbers import fmt, fmt_percent
+from specguard.report.render.outputs import CANARY_OUTPUTS
 
 __all__ = [
     "CANARY_DEFINITIONS",
-    "REPORT_FILES",
     "build_canary_report_data",
     "metric_label",
     "pool_stats",
@@ -52,7 +50,6 @@ __all__ = [
     "write_canary_report",
 ]
 
-REPORT_FILES = ("report.html", "report.md")
 POOL_ORDER = ("baseline", "candidate", "control")
 OUTPUT_TAIL = 2000  # characters of a hook's stdout / stderr kept: the end is where a failing command says why
 TOP_ERRORS = 5
@@ -417,18 +414,17 @@ def _server_side(windows: Sequence[CanaryEvent]) -> bool:
 
 def write_canary_report(data: CanaryReportData, out_dir: Path, force: bool = False) -> list[Path]:
     """report.html and report.md in ``out_dir``; existing ones are replaced only with ``force``."""
-    paths = [out_dir / name for name in REPORT_FILES]
-    existing = [p.name for p in paths if p.exists()]
+    existing = [p.name for p in CANARY_OUTPUTS.paths(out_dir) if p.exists()]
     if existing and not force:
         raise OutputExistsError(f"{out_dir}: {', '.join(existing)} already exist; pass --force to rebuild them")
-    html, md = render_canary_html(data), render_canary_markdown(data)
+    texts = CANARY_OUTPUTS.render(data, out_dir)  # report.html, report.md: every registered format
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths[0].write_text(html)
-        paths[1].write_text(md)
+        for path, text in texts.items():
+            path.write_text(text)
     except OSError as exc:
         raise OutputWriteError(f"{out_dir}: cannot write the canary report ({exc.strerror or exc})") from exc
-    return paths
+    return list(texts)
 
 
 def read_canary_report_data(state_path: Path) -> CanaryReportData:

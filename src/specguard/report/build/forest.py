@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from specguard.report.data import Forest, ForestRow
+from specguard.report.model.data import Forest, ForestRow
 from specguard.verdict import CellComparison, Reason
 from specguard.verdict.level_guards import WHOLE_CHECK
 

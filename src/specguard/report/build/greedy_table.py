@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specguard.analysis.equivalence import DivergenceStats
-from specguard.report.data import EquivalenceRow, EquivalenceTable, GuardOutcome
-from specguard.report.numbers import MISSING, fmt, fmt_percent, fmt_share
+from specguard.number_format import MISSING, fmt, fmt_percent, fmt_share
+from specguard.report.model.data import EquivalenceRow, EquivalenceTable, GuardOutcome
 from specguard.verdict import CellComparison, Reason
 from specguard.verdict.budget_tests import error_difference_interval
 from specguard.verdict.guards import DIVERGENCE, divergence_counts, equivalence_warnings

@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field
 from specguard.analysis.equivalence import DivergenceStats
 from specguard.inventory.arm import ArmInventory
 from specguard.inventory.model import InventoryDiff
-from specguard.report.warning_groups import WarningGroup
+from specguard.report.model.warnings import WarningGroup
 from specguard.results.foreign.run import ImportedBaseline
-from specguard.results.models import GpuUsage
+from specguard.results.models import GpuUsage, WarningNote
 from specguard.verdict import CellComparison, CellLine, Crossover, Reason, VerdictName
 from specguard.verdict.model import LookRecord, TestAtLook, Undecided
 from specguard.verdict.reason_groups import ReasonGroup
@@ -73,6 +73,7 @@ class VerdictFile(BaseModel):
     definitions: dict[str, str]
     reason_details: list[Reason] = []  # the reasons above, structured: code, cell, metric, numbers
     reason_groups: list[ReasonGroup] = []  # the reasons above by kind (deciding ones apart), counted, with ranges
+    warning_notes: list[WarningNote] = []  # the warnings of known kinds as data: kind, value, limit, where
     warning_groups: list[WarningGroup] = []  # the warnings above by kind, with counts and the worst value
     labels: dict[str, str] = {}  # the check's --label / labels: metadata, shown in the reports and cells.csv
     equivalence: EquivalenceTable | None = None  # the greedy-output table; None in verdict.json files written before it

@@ -11,11 +11,11 @@ from collections import Counter
 
 from rich.markup import escape
 
-from specguard.report.data import VerdictFile
-from specguard.report.forest import deciding_cells
-from specguard.report.greedy_table import equivalence_line
-from specguard.report.reasons import reason_groups
-from specguard.sim.marker import SIMULATED_SERVER_BANNER
+from specguard.report.build.forest import deciding_cells
+from specguard.report.build.greedy_table import equivalence_line
+from specguard.report.model.data import VerdictFile
+from specguard.report.render.reasons import reason_groups
+from specguard.simulated import SIMULATED_SERVER_BANNER
 from specguard.verdict.model import LookRecord
 from specguard.verdict.reason_groups import ReasonGroup
 

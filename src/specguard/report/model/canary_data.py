@@ -1,6 +1,6 @@
 """The canary report's data: everything `specguard canary report` shows, finished, so that renderers only render.
 
-Built once by ``canary.report.build_canary_report_data`` from the controller's state, its event log, the
+Built once by ``report.build.canary.build_canary_report_data`` from the controller's state, its event log, the
 proxied requests and the pools' inventories; ``render_canary_markdown`` and ``render_canary_html`` are pure
 functions of it: they read no file and compute no statistic (they only format numbers, NaN and None as "-").
 Times are given both as Unix seconds (for charts) and as UTC text (for tables), so no renderer converts them;

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specguard.report.data import VerdictFile
+from specguard.report.model.data import VerdictFile
 from specguard.verdict.model import LookRecord
 from specguard.verdict.reason_groups import ReasonGroup, group_reasons
 from specguard.verdict.sequential import SPENDING_REFERENCE

@@ -17,7 +17,7 @@ from specguard.analysis.compare import Comparison
 from specguard.analysis.definitions import RATIO_FOOTNOTE, SUMMARY_FOOTNOTE
 from specguard.loadgen.recorder import RecordWritten
 from specguard.loadgen.runner import MatrixProgress, ProgressSink
-from specguard.report.numbers import fmt, fmt_samples
+from specguard.number_format import fmt, fmt_samples
 from specguard.results.models import GaugeSeries, GpuUsage, Percentiles, Summary
 
 _LATENCY_ROWS = [

@@ -7,9 +7,9 @@ page draws it.
 
 from __future__ import annotations
 
-from specguard.report.canary_data import CanaryReportData, HookRow, PoolStats, WindowRow
-from specguard.report.markdown import definition_lines, md_table
-from specguard.report.numbers import MISSING, fmt, fmt_percent
+from specguard.number_format import MISSING, fmt, fmt_percent
+from specguard.report.model.canary_data import CanaryReportData, HookRow, PoolStats, WindowRow
+from specguard.report.render.markdown import definition_lines, md_table
 from specguard.results.models import Percentiles
 
 __all__ = ["fmt_p", "render_canary_markdown", "window_verdict_line"]

@@ -13,9 +13,10 @@ import io
 from collections.abc import Mapping, Sequence
 
 from specguard.analysis.ab_statistics import RatioResult
+from specguard.report.model.data import ReportData
 from specguard.verdict import CellComparison, CellLine
 
-__all__ = ["CELL_COLUMNS", "cells_csv"]
+__all__ = ["CELL_COLUMNS", "cells_csv", "render_cells_csv"]
 
 _RATIOS = ("objective", "p99_e2e", "p99_ttft")
 _SCALARS = (
@@ -63,3 +64,9 @@ def cells_csv(cells: Sequence[CellComparison], lines: Sequence[CellLine], labels
         row += [labels[k] for k in keys]
         w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
+
+
+def render_cells_csv(data: ReportData) -> str:
+    """cells.csv of a check's report data (the registered ``csv`` output)."""
+    v = data.verdict
+    return cells_csv(v.cells, v.lines, v.labels)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from specguard.report.canary_data import CanaryReportData
-from specguard.report.canary_markdown import fmt_p
-from specguard.report.html import chart_div, render_page
-from specguard.report.numbers import fmt, fmt_percent
+from specguard.number_format import fmt, fmt_percent
+from specguard.report.model.canary_data import CanaryReportData
+from specguard.report.render.canary_markdown import fmt_p
+from specguard.report.render.html import chart_div, render_page
 
 __all__ = ["CHART_IDS", "render_canary_html"]
 

@@ -19,8 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
-from specguard.cli_exit import EXIT_CODES_EPILOG
-from specguard.cli_output import err
+from specguard.cli.exit import EXIT_CODES_EPILOG
+from specguard.cli.output import err
 from specguard.errors import ExitCode, Interrupted, OptionError, ServerError
 from specguard.validation import input_path
 
@@ -208,7 +208,7 @@ def report(
     force: Annotated[bool, typer.Option(help="Overwrite a report that exists.")] = False,
 ) -> None:
     """Write the rollout's HTML and Markdown report: weight over time, per-window ratios, decisions, hooks, pools."""
-    from specguard.canary.report import read_canary_report_data, write_canary_report
+    from specguard.report.build.canary import read_canary_report_data, write_canary_report
 
     with_state = read_canary_report_data(state)
     for p in write_canary_report(with_state, out or state.resolve().parent / "report", force=force):
