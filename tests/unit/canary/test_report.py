@@ -282,7 +282,7 @@ def test_a_rollback_without_failing_windows_says_what_rolled_it_back(scenario, h
             reasons=["asked by the operator"],
             details={"by": "admin-api"},
         )
-        expected = "rolled back at 5 % by hand (admin-api): asked by the operator"
+        expected = "rolled back at 5 % by the operator (admin-api): asked by the operator"
     data = build_canary_report_data(META, state.model_copy(update={"updated_unix": t}), [started, move], requests, {})
     assert data.summary == expected
     md = render_canary_markdown(data)

@@ -210,9 +210,14 @@ class CanaryController:
             self._critical.append(
                 CriticalEvent(
                     kind=kind,  # type: ignore[arg-type]  # one of the two burst kinds above
+                    server=record.server,
                     count=detector.in_window,
                     threshold=detector.count,
-                    detail=f"{detector.in_window} within {detector.within_s:g} s",
+                    # The pool and the server, so that the on-call engineer knows where to look (issue 28).
+                    detail=(
+                        f"{detector.in_window} {'5xx responses' if kind == 'http_5xx_burst' else 'broken streams'} "
+                        f"from the {record.pool} pool within {detector.within_s:g} s (the server named: the last of them)"
+                    ),
                 )
             )
             # The weight drops at once, before the controller's task gets to the decision and the hooks.

@@ -311,10 +311,11 @@ def _rollback_summary(event: CanaryEvent | None, step_percents: Sequence[float],
     at = step_percents[event.step] if 0 <= event.step < len(step_percents) else event.percent
     head = f"rolled back at {at:g} %"
     decision = _decision_of(event)
-    if event.kind == "manual" or decision is None:
-        by = event.details.get("by")
+    by = event.details.get("by")
+    if event.kind == "manual" or decision is None or by:
+        # An operator's rollback says so in the banner (issue 28: it read like the controller's own).
         why = f": {'; '.join(event.reasons)}" if event.reasons else ""
-        return f"{head} by hand{f' ({by})' if by else ''}{why}"
+        return f"{head} by the operator{f' ({by})' if by else ''}{why}"
     critical = [r for r in decision.reasons if r.code.startswith("critical_")]
     if critical:
         return f"{head} on a critical condition: {'; '.join(r.text for r in critical)}"
