@@ -175,3 +175,54 @@ async def test_a_wrong_runtime_socket_exits_without_a_state_that_claims_a_start(
     with run.store() as store:
         assert store.load_state() is None
         assert store.events() == []
+
+
+async def test_the_engine_is_read_back_every_window_drift_is_reapplied_and_a_lost_engine_pauses(
+    scripted: Any, socket_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 28, against the real HAProxy: restarted under a running canary it comes back with its configuration's
+    weights (the speculative server at 0) and the next window puts the step's weights back (a ``drift`` event);
+    killed, the rollout pauses with an ``engine`` event (no exit 4); back again, the candidate is set to 0 % and the
+    rollout stays paused until the operator resumes."""
+    servers = {"baseline": scripted(**NOISY, seed=1), "candidate": scripted(**NOISY, seed=2)}
+    path = haproxy_rollout(
+        tmp_path,
+        socket_dir / "admin.sock",
+        servers,
+        steps=[{"percent": 25, "min_time_s": 3600}, {"percent": 100}],
+        analysis={"window_s": 1.0, "metrics": LATENCY_ONLY, "min_samples": 20},
+    )
+    rollout = load_rollout(path)
+    router = HAProxyRouter(engine_of(rollout))
+
+    def share(states: dict[str, Any]) -> float:
+        w = {name: s.weight for name, s in states.items()}
+        return w["speculative-1"] / max(1, w["speculative-1"] + w["baseline-1"])
+
+    haproxy = HAProxyProcess(rollout, tmp_path / "haproxy-1")
+    haproxy.__enter__()
+    try:
+        async with running(CanaryRun(path, tmp_path / "logs", exit_when_finished=False)) as run:
+            await wait_until(run, lambda: run.events("window"), 20)
+            haproxy.stop()
+            haproxy = HAProxyProcess(rollout, tmp_path / "haproxy-2")
+            haproxy.__enter__()
+            restarted = share(await router.read_back())
+            await wait_until(run, lambda: run.events("drift"), 20)
+            assert share(await router.read_back()) == pytest.approx(0.25)
+            haproxy.stop()
+            await wait_until(run, lambda: run.events("engine"), 20)
+            with run.store() as store:
+                paused = store.load_state()
+            haproxy = HAProxyProcess(rollout, tmp_path / "haproxy-3")
+            haproxy.__enter__()
+            await wait_until(run, lambda: len(run.events("engine")) == 2, 20)
+            after = await router.read_back()
+    finally:
+        haproxy.stop()
+    assert restarted != pytest.approx(0.25), "a restarted HAProxy has its configuration's weights, not the step's"
+    [drift] = run.events("drift")
+    assert "speculative-1 weight" in drift.reasons[0], drift.reasons
+    lost, back = run.events("engine")
+    assert "cannot be reached" in lost.reasons[0] and paused is not None and paused.status == "paused"
+    assert "answers again" in back.reasons[0] and after["speculative-1"].weight == 0

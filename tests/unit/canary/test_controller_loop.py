@@ -24,6 +24,7 @@ from specguard.canary.spec.rollout import Rollout
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.canary.state.records import CanaryEvent, EventKind, ProxiedRequest
 from specguard.canary.state.store import CanaryStore, StoreMeta
+from specguard.errors import RuntimeFailure
 
 T0 = 1_700_000_000.0
 
@@ -60,12 +61,27 @@ class FakeRouter:
     def __init__(self) -> None:
         self.weights: list[tuple[float, float, int]] = []
         self.decisions: list[str] = []
+        self.reported: str | None = None  # what the engine reports differently, until weights are set again
+        self.sticky = False  # the engine keeps reporting it even after the weights are set again
+        self.unreachable = False
 
     def set_weights_now(self, candidate: float, control: float, step: int) -> None:
         self.weights.append((candidate, control, step))
 
     async def set_weights(self, candidate: float, control: float, step: int) -> None:
+        if self.unreachable:
+            raise RuntimeFailure("the fake engine's socket: connection refused")
         self.weights.append((candidate, control, step))
+        if not self.sticky:
+            self.reported = None
+
+    def weights_note(self) -> str | None:
+        return None
+
+    async def differs(self, candidate: float, control: float) -> str | None:
+        if self.unreachable:
+            raise RuntimeFailure("the fake engine's socket: connection refused")
+        return self.reported
 
     async def in_flight(self) -> dict[PoolName, int] | None:
         return {"baseline": 0, "candidate": 0}
@@ -312,3 +328,63 @@ def test_a_restarted_controller_resumes_from_the_store_at_the_same_step_and_weig
     assert loop.router.weights == [(0.5, 0.0, 1)], "the restarted controller serves the stored weight at once"
     started = loop.events("started")
     assert [e.details["resumed"] for e in started] == [False, True]
+
+
+async def test_drift_is_applied_again_once_and_said(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, FakeEvidence())
+    loop.router.reported = "speculative-1 weight 0 (set 64)"  # a restarted engine came back with its own weights
+    before = len(loop.router.weights)
+    await loop.controller._reconcile()
+    [drift] = loop.store.events(kinds=["drift"])
+    assert (
+        "speculative-1 weight 0 (set 64)" in drift.reasons[0] and drift.details["reported"] == "speculative-1 weight 0 (set 64)"
+    )
+    assert len(loop.router.weights) == before + 1 and loop.controller.state.status == "running"
+
+
+async def test_drift_that_persists_pauses_with_a_critical_event_naming_what_the_engine_reports(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, FakeEvidence())
+    loop.router.reported, loop.router.sticky = "speculative-1 weight 0 (set 64)", True
+    await loop.controller._reconcile()
+    [critical] = loop.store.events(kinds=["critical"])
+    assert "still reports speculative-1 weight 0 (set 64)" in critical.reasons[0]
+    assert loop.controller.state.status == "paused" and loop.store.load_state().status == "paused"
+
+
+async def test_an_unreachable_engine_pauses_and_once_back_the_candidate_is_at_0_until_resumed(tmp_path: Path) -> None:
+    loop = Loop(tmp_path, FakeEvidence())
+    loop.router.unreachable = True
+    await loop.controller._reconcile()
+    await loop.controller._reconcile()  # said once, not every window
+    [lost] = loop.store.events(kinds=["engine"])
+    assert "cannot be reached" in lost.reasons[0] and loop.store.load_state().status == "paused"
+    loop.router.unreachable = False
+    await loop.controller._reconcile()
+    back = loop.store.events(kinds=["engine"])[-1]
+    assert "answers again" in back.reasons[0] and loop.router.weights[-1][:2] == (0.0, 0.0)
+    assert loop.controller.state.status == "paused"
+
+
+class FakeGatewayRouter(FakeRouter):
+    """An engine that counts no streams and, like ``apply: false``, only writes its route."""
+
+    immediate = False
+
+    async def in_flight(self) -> dict[PoolName, int] | None:
+        return None
+
+    def weights_note(self) -> str | None:
+        return "route written, not applied (engine.apply: false): kubectl apply -f route.yaml"
+
+
+async def test_a_rollback_on_an_engine_that_counts_no_streams_waits_drain_s_and_says_the_route_is_not_applied(
+    tmp_path: Path,
+) -> None:
+    loop = Loop(tmp_path, FakeEvidence(["FAIL", "FAIL"]))
+    loop.controller.traffic = loop.router = FakeGatewayRouter()
+    await loop.window()
+    await loop.window()
+    rollback = loop.store.events(kinds=["decision"])[-1]
+    assert rollback.decision == "rollback" and rollback.reasons[-1].startswith("route written, not applied")
+    [hook] = loop.events("hook")
+    assert hook.details["drain"] == "waited drain_s (1 s): the engine does not count streams"

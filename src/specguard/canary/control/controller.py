@@ -48,6 +48,7 @@ from specguard.canary.routers.base import TrafficRouter
 from specguard.canary.spec.rollout import Rollout
 from specguard.canary.state.records import CanaryEvent, CanaryStatus, ControllerState, EventKind, ProxiedRequest
 from specguard.canary.state.store import CanaryStore
+from specguard.errors import RuntimeFailure
 
 __all__ = ["CanaryController"]
 
@@ -83,6 +84,8 @@ class CanaryController:
         # The proxy's records, or behind HAProxy or a Gateway (where no record comes in) the pools' own series.
         self.evidence = evidence
         self._weights_pending = False
+        self._engine_lost: str | None = None  # why the engine could not be reached, until it answers again
+        self._drain_note: str | None = None  # which wait a rollback's drain used, for its hooks' events
         self.log = log
         self.clock = clock
         self.drain_s = drain_s
@@ -255,8 +258,11 @@ class CanaryController:
             last_tick = now_m
             if now_m >= next_read:
                 next_read = now_m + read_every
-                if self.state.status in ("running", "paused"):
-                    self._critical.extend(await self.evidence.read())
+                if self.state.status in ("running", "paused") and self._engine_lost is None:
+                    try:
+                        self._critical.extend(await self.evidence.read())
+                    except RuntimeFailure as exc:  # behind an engine, its stats are part of the evidence
+                        await self._engine_unreachable(exc)
             if self._critical and self.state.status in ("running", "paused"):
                 events, self._critical = self._critical, []
                 await self._critical_rollback(events)
@@ -271,6 +277,7 @@ class CanaryController:
                 self._flush()
             if now_m - window_t0 >= window_s:
                 end = self.clock()
+                await self._reconcile()
                 await self._close_window(window_start, end)
                 window_start, window_t0 = end, loop.time()
             timeout = max(0.0, min(next_read, next_flush, window_t0 + window_s) - loop.time())
@@ -316,7 +323,15 @@ class CanaryController:
             return
         # Looks are spent only by windows that ran a test (analysis.spends_look): no-evidence windows take none.
         look, step = self.state.look + 1, self.state.step
-        judged = await self.evidence.judge(records, start, end, look, has_control=self.has_control, percent=self.state.percent)
+        if self._engine_lost is not None:
+            return  # no window is judged while the engine cannot be reached: its counters are part of the evidence
+        try:
+            judged = await self.evidence.judge(
+                records, start, end, look, has_control=self.has_control, percent=self.state.percent
+            )
+        except RuntimeFailure as exc:
+            await self._engine_unreachable(exc)
+            return
         analysis, gauges, acceptance = judged.analysis, judged.gauges, judged.acceptance
         counts = dict(judged.counts)
         if self.state.status not in ("running", "paused") or self.state.step != step:
@@ -362,6 +377,70 @@ class CanaryController:
             )
         await self._act(decision, comparison=analysis.comparison)
 
+    # ---- the engine is the truth (issue 28) --------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        """Each window: read the engine back. Drift is re-applied once (a ``drift`` event); if the engine still
+        differs, the rollout pauses with a critical event naming what the engine reports. An engine that cannot be
+        reached pauses the rollout; once it answers again, the candidate is set to 0 % and the rollout stays paused
+        until the operator resumes (``engine`` events say each step)."""
+        if self.state.status not in ("running", "paused") or self._weights_pending:
+            return
+        shares = self._shares(self.state)
+        try:
+            drift = await self.traffic.differs(*shares)
+        except RuntimeFailure as exc:
+            await self._engine_unreachable(exc)
+            return
+        if self._engine_lost is not None:
+            await self._engine_back()
+            return
+        if drift is None:
+            return
+        self._event("drift", [f"the engine reports {drift}; the step's weights were applied again"], {"reported": drift})
+        self.log(f"!!! engine drift: {drift}; re-applying the weights of step {self.state.step + 1}")
+        try:
+            await self._apply_weights(self.state)
+            still = await self.traffic.differs(*shares)
+        except RuntimeFailure as exc:
+            still = str(exc)
+        if still is not None:
+            self._pause_critical(f"the engine still reports {still} after the weights were applied again")
+
+    async def _engine_unreachable(self, exc: Exception) -> None:
+        if self._engine_lost is not None:
+            return  # said once; the next read that answers says it is back
+        self._engine_lost = str(exc)
+        self._pause_critical(f"the engine cannot be reached: {exc}", kind="engine")
+
+    async def _engine_back(self) -> None:
+        lost, self._engine_lost = self._engine_lost, None
+        try:
+            await self.traffic.set_weights(0.0, 0.0, self.state.step)
+        except RuntimeFailure as exc:
+            self._engine_lost = lost
+            self.log(f"!!! the engine answers again but did not take the candidate's 0 %: {exc}")
+            return
+        text = (
+            f"the engine answers again (it could not be reached: {lost}); the candidate is at 0 % and the rollout stays "
+            f"paused at step {self.state.step + 1} until the operator resumes"
+        )
+        self._event("engine", [text], {"lost": lost, "candidate_percent": 0.0})
+        self.log(text)
+
+    def _pause_critical(self, text: str, kind: EventKind = "critical") -> None:
+        st = self.state
+        st.status = "paused"
+        st.updated_unix = self.clock()
+        self.store.save_state(st)
+        self._event(kind, [f"{text}; paused"], {"kind": "engine_unreachable" if kind == "engine" else "engine_drift"})
+        self.log(f"!!! {text}; the rollout is paused (canary status, canary resume)")
+
+    def _event(self, kind: EventKind, reasons: list[str], details: dict[str, Any]) -> None:
+        self.store.append_event(
+            kind, time=self.clock(), step=self.state.step, percent=self.state.percent, reasons=reasons, details=details
+        )
+
     async def _critical_rollback(self, events: Sequence[CriticalEvent]) -> None:
         for e in events:
             self.store.append_event(
@@ -396,12 +475,16 @@ class CanaryController:
         details: dict[str, Any] = {"decision": decision.model_dump(mode="json"), "comparison": comparison}
         if by:
             details["by"] = by
+        reasons = [r.text for r in decision.reasons]
+        if decision.kind == "rollback" and (note := self.traffic.weights_note()) is not None:
+            reasons.append(note)  # e.g. a Gateway route written but not applied: the rollback is not done yet
+            details["engine_note"] = note
         self._decided(
             st,
             "decision",
             time=now,
             decision=decision.kind,
-            reasons=[r.text for r in decision.reasons],
+            reasons=reasons,
             details=details,
             from_percent=before,
         )
@@ -424,11 +507,18 @@ class CanaryController:
         deadline = loop.time() + self.drain_s
         while loop.time() < deadline:
             flight = await self.traffic.in_flight()
-            if flight is None:  # the engine does not count streams (a Gateway): nothing to wait for
+            if flight is None:
+                # The engine does not count streams (a Gateway): wait the whole drain_s, so that a rollback hook's
+                # `systemctl stop` does not cut the candidate's streams (before issue 28 the hooks ran at once).
+                self.log(f"rollback: the engine does not count streams in flight; waiting the drain_s of {self.drain_s:g} s")
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                self._drain_note = f"waited drain_s ({self.drain_s:g} s): the engine does not count streams"
                 return
             if flight.get("candidate", 0) == 0 and flight.get("control", 0) == 0:
+                self._drain_note = "the candidate's streams had finished (the engine's count)"
                 return
             await asyncio.sleep(self.traffic.drain_poll_s)
+        self._drain_note = f"streams still in flight after drain_s ({self.drain_s:g} s)"
         self.log(f"rollback: candidate streams still in flight after {self.drain_s:g} s; running the hooks anyway")
 
     async def _run_hooks(
@@ -465,6 +555,7 @@ class CanaryController:
                 reasons=[f"{phase} hook {'FAILED' if failed else 'ok'}: {r.argv[0]} exit {r.exit_code}{timed_out}"],
                 details={
                     "phase": phase,
+                    "drain": self._drain_note if phase == "rollback" else None,
                     "argv": list(r.argv),
                     "exit_code": r.exit_code,
                     "timed_out": r.timed_out,

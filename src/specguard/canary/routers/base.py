@@ -39,6 +39,16 @@ class TrafficRouter(Protocol):
     async def set_weights(self, candidate: float, control: float, step: int) -> None: ...
     async def in_flight(self) -> dict[PoolName, int] | None: ...
     def count_decision(self, kind: str) -> None: ...
+    async def differs(self, candidate: float, control: float) -> str | None:
+        """What the engine reports where it differs from these shares, in words; None when it agrees or cannot say.
+        Raises ``RuntimeFailure`` when the engine cannot be reached. Read back every window (issue 28)."""
+        ...
+
+    def weights_note(self) -> str | None:
+        """What an operator must know of the last weights set, when they are not in effect yet (a Gateway route
+        written but not applied); None otherwise."""
+        ...
+
     def describe(self) -> str:
         """What carries the traffic, in words for the log: the engine and where it is reached."""
         ...
@@ -63,3 +73,10 @@ class EngineRouter:
 
     def count_decision(self, kind: str) -> None:
         pass  # no proxy, no proxy metrics: the decisions are in the event log and the state file
+
+    async def differs(self, candidate: float, control: float) -> str | None:
+        """None: an engine that cannot be read back (a Gateway's route is what specguard wrote)."""
+        return None
+
+    def weights_note(self) -> str | None:
+        return None

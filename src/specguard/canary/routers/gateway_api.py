@@ -209,6 +209,12 @@ class GatewayApiRouter(EngineRouter):
             if self.kubectl is not None:
                 await kubectl_apply(files.step, self.kubectl, self.engine.kubectl_timeout_s, self._env)
 
+    def weights_note(self) -> str | None:
+        """With ``apply: false`` a weight change (a rollback too) is only a file: say so, with the file to apply."""
+        if self.kubectl is not None or not self.written:
+            return None
+        return f"route written, not applied (engine.apply: false): kubectl apply -f {self.written[-1].step}"
+
     def describe(self) -> str:
         how = "applied with kubectl" if self.kubectl is not None else f"written to {self.out_dir}"
         return f"engine gateway-api (HTTPRoute {self.engine.namespace}/{self.engine.route}, {how})"

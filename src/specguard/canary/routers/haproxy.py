@@ -282,6 +282,17 @@ class HAProxyRouter(EngineRouter):
             drained = tuple(s for s in speculative if after[s].draining)
             self.applied.append(AppliedWeights(step, candidate, control, weights, shares, drained))
 
+    async def differs(self, candidate: float, control: float) -> str | None:
+        """HAProxy's weights (``show servers state``) against those these shares set; a restarted HAProxy comes back
+        with its configuration's weights (the speculative server at 0, seen in issue 28)."""
+        weights = haproxy_weights(self.engine, candidate, control)
+        async with self._lock:
+            now = await self.read_back()
+        wrong = [f"{s} weight {now[s].weight} (set {w})" for s, w in weights.items() if now[s].weight != w]
+        if self.engine.drain and candidate > 0:
+            wrong += [f"{s} draining" for s in self.engine.candidate_servers if now[s].draining]
+        return "; ".join(wrong) or None
+
     def describe(self) -> str:
         return f"engine haproxy (backend {self.engine.backend}, runtime API {self.engine.socket})"
 

@@ -41,6 +41,12 @@ class ProxyRouter:
     def count_decision(self, kind: str) -> None:
         self.proxy.count_decision(kind)
 
+    async def differs(self, candidate: float, control: float) -> str | None:
+        return None  # the proxy's shares are the controller's own memory: nothing to drift
+
+    def weights_note(self) -> str | None:
+        return None
+
     def describe(self) -> str:
         return "engine proxy (specguard's own)"
 

@@ -40,6 +40,8 @@ EventKind = Literal[
     "critical",  # a critical condition seen (details: the CriticalEvent)
     "manual",  # pause, resume, promote or rollback asked through the admin API or the CLI
     "hook",  # a hook command ran (details: argv, exit code, output, duration)
+    "drift",  # the engine reported other weights than the controller set; re-applied (details: what it reported)
+    "engine",  # the engine could not be reached, or was reached again (details: the error, what was done)
     "stopped",  # the controller stopped (details: why, streams drained)
     "annotation",  # a decision's Grafana annotation was not posted (details: for_seq, kind, status, error)
 ]
