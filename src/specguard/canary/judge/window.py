@@ -11,6 +11,10 @@ A metric FAILs only when both say so (Kayenta's effect-size gate): the test is s
 threshold AND the ratio's point estimate is beyond the metric's budget. A significant but small change is
 no reason to roll back; a large but noisy one is no evidence. Fewer than ``min_samples`` requests in either
 arm make the metric INCONCLUSIVE: a window without evidence holds, it never promotes and never rolls back.
+A metric PASSes only when its rank test had at least ``min_power`` (0.8) power to see a regression of its
+budget (``rank_power``: Noether's formula on the window's own baseline), otherwise it is INCONCLUSIVE and says
+how many times the window's requests would reach that power; a percentile with fewer than ``min_tail``
+observations beyond it is judged at P90, then P50, and says so (``PERCENTILE_FALLBACK``).
 
 Matched comparison. At 5 % of traffic the candidate pool carries far less load than the baseline pool, and
 latency (and speculation's effect) depends on load, so comparing the pools as they come flatters the
