@@ -1,5 +1,5 @@
 # The two commands that matter on a fresh machine (see README.md).
-.PHONY: setup demo lint test
+.PHONY: setup demo lint test test-fast
 
 setup:
 	@scripts/setup.sh
@@ -17,3 +17,8 @@ lint: setup
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
 test: setup
 	.venv/bin/python -m pytest --durations=25
+
+# The unit tier alone (README: Tests): tests/unit and the in-process CLI tests of tests/cli, which start no
+# process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.
+test-fast: setup
+	.venv/bin/python -m pytest tests/unit tests/cli -m "not slow" --durations=10

@@ -17,7 +17,7 @@ from tests.browser import inspect_page
 from tests.unit.report.test_greedy_gpu_report import add_gpu_samples, add_outputs
 from tests.unit.report.test_report import make_check
 
-ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 PROBE = """(() => {
   const plot = id => document.getElementById(id);

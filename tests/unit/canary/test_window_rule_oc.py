@@ -12,6 +12,7 @@ Method: Lan-DeMets spending (Lan & DeMets 1983, Biometrika 70:659) with Kayenta'
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specguard.analysis.defaults import MIN_RESAMPLES
 from specguard.canary.analysis import AnalysisPolicy, MetricRule, RequestSample, SegmentSamples, analyse_window, look_alpha
@@ -37,6 +38,7 @@ def verdicts(n_windows: int, n: int, factor: float, seed: int) -> dict[str, int]
     return out
 
 
+@pytest.mark.slow  # 29 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_false_fail_rate_per_window_and_over_a_rollout() -> None:
     # 1,200 equal-pool windows, 20 passes over the 60 looks of the plan.
     counts = verdicts(1200, 100, 1.0, seed=26)
@@ -48,6 +50,7 @@ def test_false_fail_rate_per_window_and_over_a_rollout() -> None:
     assert counts["INCONCLUSIVE"] == 0
 
 
+@pytest.mark.slow  # 13 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_detection_of_a_1_2x_regression_per_window() -> None:
     at_100 = verdicts(300, 100, 1.2, seed=27)
     at_50 = verdicts(300, 50, 1.2, seed=28)
