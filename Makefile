@@ -8,7 +8,7 @@ setup:
 demo: setup
 	.venv/bin/specguard demo
 
-# Lint, format and types, as CI checks them before the tests (mypy's strictness per package: pyproject.toml).
+# Lint, format and types, as CI checks them before the tests (mypy --strict for the whole package: pyproject.toml).
 lint: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
