@@ -1,5 +1,5 @@
 # The two commands that matter on a fresh machine (see README.md).
-.PHONY: setup setup-test demo lint test
+.PHONY: setup setup-test demo lint test test-fast
 
 # What the demo needs: system packages make and g++, .venv, the embedded runtime and models (scripts/setup.sh).
 setup:
@@ -13,7 +13,7 @@ setup-test:
 demo: setup
 	.venv/bin/specguard demo
 
-# Lint, format and types, as CI checks them before the tests (mypy's strictness per package: pyproject.toml).
+# Lint, format and types, as CI checks them before the tests (mypy --strict for the whole package: pyproject.toml).
 lint: setup
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
@@ -22,3 +22,8 @@ lint: setup
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
 test: setup-test
 	.venv/bin/python -m pytest --durations=25
+
+# The unit tier alone (README: Tests): tests/unit and the in-process CLI tests of tests/cli, which start no
+# process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.
+test-fast: setup
+	.venv/bin/python -m pytest tests/unit tests/cli -m "not slow" --durations=10

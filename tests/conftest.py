@@ -20,9 +20,17 @@ from specguard.scripted.process import ScriptedProcess
 from specguard.scripted.server import Script
 from specguard.vllm.process import ManagedServer
 
+SYSTEM_TIER = Path(__file__).parent / "system"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests without vLLM first: quick feedback, and the timing checks run before any vLLM server is up."""
+    """The tier by folder: every test under tests/system/ is marked ``system`` (README: Tests).
+
+    Then tests without vLLM first: quick feedback, and the timing checks run before any vLLM server is up.
+    """
+    for item in items:
+        if item.path.is_relative_to(SYSTEM_TIER):
+            item.add_marker(pytest.mark.system)
     items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
 
 

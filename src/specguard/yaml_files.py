@@ -18,7 +18,7 @@ def yaml_line(node: yaml.Node | None, loc: tuple[int | str, ...]) -> int:
     """The 1-based line of the deepest node of ``loc`` that the YAML has (the key's line for a mapping entry)."""
     if node is None:
         return 1
-    line = node.start_mark.line + 1
+    line: int = node.start_mark.line + 1  # PyYAML is untyped: its marks' lines are ints
     for part in loc:
         if isinstance(node, yaml.MappingNode):
             match = next(((k, v) for k, v in node.value if str(k.value) == str(part)), None)

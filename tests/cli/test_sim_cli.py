@@ -258,7 +258,7 @@ def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from specguard.workload.assess import assess
-    from tests.integration.test_readme import readme_commands
+    from tests.system.test_readme import readme_commands
     from tests.unit.sim.synthetic_runs import write_run
     from tests.unit.workload.test_workload import IdTokenizer
 

@@ -14,6 +14,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -71,7 +72,7 @@ def make_tokenizer(out: Path, vocab_size: int, seed: int) -> None:
     fast.save_pretrained(str(out))
 
 
-def make_model(out: Path, spec: dict, vocab_size: int, tok_dir: Path) -> None:
+def make_model(out: Path, spec: dict[str, Any], vocab_size: int, tok_dir: Path) -> None:
     import shutil
 
     import torch

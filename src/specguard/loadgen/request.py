@@ -24,8 +24,8 @@ from specguard.loadgen.prompts import load_prompts
 from specguard.loadgen.runner import BenchConfig, ProgressSink
 from specguard.results.models import LoadShape, Summary
 from specguard.results.run_dir import RunDir
-from specguard.server_metrics.server_facts import server_root
 from specguard.validation import check_base_url, default, finite, options, tokenizer_option
+from specguard.vllm.urls import server_root
 
 # Option name of each BenchConfig field, for messages that name what the user typed.
 BENCH_OPTIONS = {

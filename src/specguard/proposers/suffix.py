@@ -2,7 +2,7 @@
 
 Matches Arctic Inference's ``SuffixDecodingCache`` (arctic-inference 0.1.1,
 ``csrc/suffix_decoding/suffix_tree.cc``) driven as vLLM's
-``SuffixDecodingProposer`` drives it: tests/integration/test_suffix_exactness.py
+``SuffixDecodingProposer`` drives it: tests/system/test_suffix_exactness.py
 compares the drafts of both at every step. What exactness takes:
 
 * Per request a tree over prompt and output, one global tree over responses,

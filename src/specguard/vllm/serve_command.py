@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -100,7 +100,8 @@ def _human_readable_int(text: str) -> int:
         number, suffix = match.groups()
         if suffix in "kmgt":
             return int(float(number) * 10 ** (3 * ("kmgt".index(suffix) + 1)))
-        return int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))  # a decimal with a binary suffix: ValueError
+        binary: int = 2 ** (10 * ("KMGT".index(suffix) + 1))
+        return int(number) * binary  # a decimal with a binary suffix: ValueError
     return int(text)
 
 
@@ -459,4 +460,4 @@ def _merge(
         merged = None
     if legacy:
         merged = {**legacy_to_config(legacy)[0], **(merged or {})}
-    return merged
+    return cast("dict[str, Any] | None", merged)  # a JSON value; anything but an object was reported and dropped above

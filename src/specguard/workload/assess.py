@@ -147,7 +147,7 @@ class AssessReport(BaseModel):
     suffix_cache: str | None = Field(
         default=None,
         description="the suffix cache the replay ran on: Arctic Inference's own SuffixDecodingCache when it "
-        "imports, else specguard's re-implementation, which drafts the same (tests/integration/test_suffix_exactness.py)",
+        "imports, else specguard's re-implementation, which drafts the same (tests/system/test_suffix_exactness.py)",
     )
 
 

@@ -2,7 +2,7 @@
 
 vLLM's OpenAI server renders chat requests through ``apply_chat_template``, so
 a local rendering that differs by one character tokenizes differently. What it
-does, and this module copies (tests/integration/test_chat_templates.py checks
+does, and this module copies (tests/system/test_chat_templates.py checks
 token ids against ``transformers`` in the embedded runtime):
 
 * a sandboxed jinja2 environment with ``trim_blocks`` and ``lstrip_blocks``,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +27,7 @@ def _prop(r: ProposerResult | None) -> str:
     return f"acc {_pct(r.acceptance_rate)}, len {_num(r.mean_acceptance_length)}, steps -{_pct(r.step_reduction)}"
 
 
-def short_config(cfg: dict | None) -> str:
+def short_config(cfg: dict[str, Any] | None) -> str:
     if not cfg:
         return "-"
     if cfg["method"] == "ngram":

@@ -13,8 +13,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from specguard.server_metrics.server_facts import auth_headers, server_root
+from specguard.server_metrics.server_facts import auth_headers
 from specguard.tokenizer_files import TokenizeError, load_tokenizer, tokenizer_config, tokenizer_json
+from specguard.vllm.urls import server_root
 from specguard.workload import chat_template
 from specguard.workload.logformat import RequestLogEntry
 

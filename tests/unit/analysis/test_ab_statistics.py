@@ -25,6 +25,7 @@ def test_weighted_percentile_equals_numpy_on_the_multiset():
 
 
 @pytest.mark.parametrize("q", [0.5, 0.95])
+@pytest.mark.slow  # 11.6 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_ratio_interval_covers_the_truth_about_95_percent_of_the_time(q):
     """Lognormal latencies; the candidate is the baseline scaled by 0.8, so the true ratio is 0.8 at every q."""
     hits = 0
@@ -94,6 +95,7 @@ def test_disagreeing_repetitions_widen_the_interval():
     assert not compare_percentile(base, steady, 0.5, seed=4).repetition_spread_widened
 
 
+@pytest.mark.slow  # 6.0 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_homogeneous_repetitions_rarely_look_heterogeneous():
     widened = 0
     trials = 60

@@ -203,6 +203,7 @@ def test_goodput_guardrail_is_a_non_inferiority_test(lo: float, hi: float, enoug
         assert "7 more requests" in g.text
 
 
+@pytest.mark.slow  # 11.4 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_compare_runs_compares_goodput_only_under_one_set_of_slos() -> None:
     from specguard.analysis.compare import compare_runs
     from specguard.results.models import LoadShape, RunInfo, SamplingOverrides

@@ -204,6 +204,7 @@ def _allowed(rollouts: int, alpha: float) -> int:
     return int(stats.binom.ppf(0.999, rollouts, alpha))
 
 
+@pytest.mark.slow  # 35 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_equal_pools_for_30_windows_give_no_more_false_rollbacks_than_alpha_allows():
     """The strictest setting for error control: no effect-size gate (budget 0) and a rollback on one failing window.
 
@@ -220,6 +221,7 @@ def test_equal_pools_for_30_windows_give_no_more_false_rollbacks_than_alpha_allo
     assert false <= _allowed(rollouts, strict.alpha), f"{false} false rollbacks in {rollouts} rollouts of 30 windows"
 
 
+@pytest.mark.slow  # 13 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_equal_pools_under_the_default_rule_roll_back_none_of_20_rollouts():
     rollouts = 20
     false = sum(simulate(FAST, HOLDING, equal_pools, 30, seed)[0] is not None for seed in range(rollouts))

@@ -1,13 +1,12 @@
 """The HAProxy engine's pure parts: shares to weights, ``show servers state`` parsing, the generated haproxy.cfg.
 
 Parsing is checked on an answer captured from the real HAProxy 2.6 (tests/data/haproxy/README.md says how);
-every generated configuration is checked by the real ``haproxy -c -f`` (the Debian package, as .ci/run installs).
+the real ``haproxy -c -f`` checks the generated configurations in tests/system/test_canary_haproxy_config.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from specguard.canary.spec.engine import HAProxyEngine
 from specguard.canary.spec.rollout import DEFAULT_STEPS, Rollout
 from specguard.cli.app import app
 from specguard.errors import ExitCode, InputFileError, OptionError, RuntimeFailure
-from tests.haproxy_harness import HAPROXY
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "haproxy"
 GRID = [k / 2000 for k in range(2001)]  # every 0.05 %
@@ -165,28 +163,10 @@ def rollout(*, control: bool = False, **engine_extra: Any) -> Rollout:
     return Rollout.model_validate({"engine": eng, "pools": pools, "admin": {"token_env": "CANARY_TOKEN"}})
 
 
-def haproxy_check(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "haproxy.cfg"
-    path.write_text(text)
-    return subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True, timeout=60, check=False)
-
-
 def backend_lines(text: str) -> list[str]:
     lines = text.splitlines()
     start = lines.index("backend vllm")
     return [line.strip() for line in lines[start + 1 :] if line.strip() and not line.strip().startswith("#")]
-
-
-@pytest.mark.parametrize(
-    "variant",
-    [{}, {"control": True}, {"sticky_header": "X-User-Id"}, {"control": True, "sticky_header": "x-tenant"}],
-    ids=["roundrobin", "control", "sticky", "control-sticky"],
-)
-def test_the_generated_config_is_valid_for_the_real_haproxy(variant: dict[str, Any], tmp_path: Path) -> None:
-    text = render_haproxy_config(rollout(**variant), bind="127.0.0.1:18080")
-    check = haproxy_check(text, tmp_path)
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "stats socket /run/haproxy/admin.sock mode 600 level admin" in text.splitlines()[7]
 
 
 def test_the_backend_holds_every_pool_at_the_weights_of_a_canary_not_started() -> None:
@@ -225,15 +205,6 @@ def test_a_base_url_becomes_a_server_address(url: str, expected: tuple[str, bool
     assert server_address(url, "pools.baseline.servers[0]") == expected
 
 
-def test_tls_servers_are_verified_and_the_config_is_valid(tmp_path: Path) -> None:
-    r = rollout()
-    r.pools.candidate.servers[0].base_url = "https://127.0.0.1:8443"
-    text = render_haproxy_config(r)
-    assert "server speculative-1 127.0.0.1:8443 weight 0 ssl verify required ca-file @system-ca" in text
-    check = haproxy_check(text, tmp_path)
-    assert check.returncode == 0, check.stdout + check.stderr
-
-
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://u:p@127.0.0.1:8000", "http://127.0.0.1:8000/?a=1"])
 def test_a_base_url_haproxy_cannot_address_is_refused(url: str) -> None:
     with pytest.raises(InputFileError, match=r"pools\.baseline\.servers\[1\]"):
@@ -266,24 +237,6 @@ pools:
   candidate: {{servers: ["http://127.0.0.1:8001"]}}
 admin: {{token_env: CANARY_TOKEN}}
 """
-
-
-def test_the_command_writes_a_valid_config_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    path = tmp_path / "rollout.yaml"
-    path.write_text(ROLLOUT_YAML.format(socket=tmp_path / "admin.sock"))
-    out = tmp_path / "etc" / "haproxy.cfg"
-    runner = CliRunner()
-    args = ["canary", "haproxy-config", str(path), "--out", str(out), "--bind", "127.0.0.1:18081"]
-    first = runner.invoke(app, args)
-    assert first.exit_code == 0, first.output
-    assert f"stats socket {tmp_path / 'admin.sock'} mode 600 level admin" in out.read_text()
-    assert haproxy_check(out.read_text(), tmp_path).returncode == 0
-    out.write_text("# the operator's own\n")
-    again = runner.invoke(app, args)
-    assert again.exit_code == ExitCode.USAGE and "--force" in again.output
-    assert out.read_text() == "# the operator's own\n"
-    forced = runner.invoke(app, [*args, "--force"])
-    assert forced.exit_code == 0 and "balance hdr(x-user-id)" in out.read_text()
 
 
 def proxy_rollout(text: str) -> str:

@@ -1,5 +1,5 @@
-"""The canary state file: round trips, refusing foreign or busy files, concurrent readers, and the JSONL event log
-completed from SQLite after a crash (a real child process killed between the two writes)."""
+"""The canary state file: round trips, refusing foreign or busy files, a reader's snapshot, and the JSONL event log
+completed from SQLite after a crash (the crash of a real child process: tests/system/test_canary_store_processes.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ import errno
 import json
 import os
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +78,6 @@ def add_events(store: CanaryStore, n: int) -> list[CanaryEvent]:
         store.append_event("window", time=1_700_000_100.0 + i, step=0, percent=1.0, details={"look": i, "p": 0.5 / (i + 1)})
         for i in range(n)
     ]
-
-
-def run_child(code: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
-    # The timeout only keeps a broken test from hanging the suite; nothing is timed.
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120)
 
 
 # ---- round trips ---------------------------------------------------------------------------------------
@@ -283,32 +274,6 @@ def test_a_second_writer_is_refused_until_the_first_closes(tmp_path: Path) -> No
 
 # ---- concurrent readers ------------------------------------------------------------------------------------
 
-READ_IN_CHILD = """
-    import json, sys
-    from pathlib import Path
-    from specguard.canary.state.store import CanaryStore
-    with CanaryStore.open_existing(Path(sys.argv[1])) as s:
-        state = s.load_state()
-        print(json.dumps({"events": [e.seq for e in s.events()], "step": state.step if state else None}))
-"""
-
-
-def test_another_process_reads_while_a_writer_holds_a_transaction(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
-    with CanaryStore.create_or_open(path, meta()) as store:
-        store.commit_decision(state(step=1), time=1.0, step=1, percent=5.0, decision="advance")
-        # A second writer connection in the middle of a transaction: a new event and state, not yet committed.
-        writer = sqlite3.connect(path, isolation_level=None)
-        writer.execute("BEGIN IMMEDIATE")
-        writer.execute("INSERT INTO events (seq, time, kind, json) VALUES (1, 2.0, 'manual', '{}')")
-        writer.execute("UPDATE state SET json = json_set(json, '$.step', 2)")
-        code = READ_IN_CHILD.replace("sys.argv[1]", repr(str(path)))
-        child = run_child(code)
-        assert child.returncode == 0, child.stderr
-        assert json.loads(child.stdout) == {"events": [0], "step": 1}  # the last committed state, without waiting
-        writer.execute("ROLLBACK")
-        writer.close()
-
 
 def test_the_writer_commits_while_a_reader_holds_a_snapshot(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
@@ -326,38 +291,6 @@ def test_the_writer_commits_while_a_reader_holds_a_snapshot(tmp_path: Path) -> N
 
 
 # ---- the JSONL mirror after a crash -------------------------------------------------------------------------
-
-DIE_BETWEEN_COMMIT_AND_JSONL = """
-    import os, sys
-    from pathlib import Path
-    from specguard.canary.state import event_mirror
-    from specguard.canary.state.store import CanaryStore, StoreMeta
-    meta = StoreMeta(rollout_name="r1", rollout={}, created_unix=1.0)
-    store = CanaryStore.create_or_open(Path(sys.argv[1]), meta)
-    store.append_event("started", time=1.0, step=0, percent=1.0)
-    # Fault injection: the process dies after SQLite committed the next event, before its JSONL line.
-    event_mirror.EventMirror.append = lambda self, lines: os._exit(17)
-    store.commit_decision(
-        __import__("specguard.canary.state.records", fromlist=["x"]).ControllerState(
-            step=0, percent=0.0, status="rolled_back", step_started_unix=1.0, updated_unix=2.0),
-        time=2.0, step=0, percent=0.0, decision="rollback")
-"""
-
-
-def test_a_process_killed_between_the_commit_and_the_jsonl_line_is_completed_on_the_next_open(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
-    child = run_child(DIE_BETWEEN_COMMIT_AND_JSONL.replace("sys.argv[1]", repr(str(path))))
-    assert child.returncode == 17, child.stderr
-    with CanaryStore.open_existing(path) as reader:  # reading changes nothing
-        assert [e.decision for e in reader.events()] == [None, "rollback"]
-        assert len(reader.events_path.read_text().splitlines()) == 1
-        state_after = reader.load_state()
-        assert state_after is not None and state_after.status == "rolled_back"  # the decision and its state agree
-    with CanaryStore.open_existing(path, read_only=False) as store:
-        assert store.mirror_recovered == 1
-        assert jsonl_events(store) == store.events()
-        nxt = store.append_event("stopped", time=3.0, step=0, percent=0.0)
-        assert nxt.seq == 2 and jsonl_events(store) == store.events()
 
 
 def test_a_torn_last_line_is_cut_and_rewritten_from_sqlite(tmp_path: Path) -> None:

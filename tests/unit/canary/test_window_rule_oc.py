@@ -14,6 +14,7 @@ needs 80 % power to see the budget (Noether 1987, JASA 82:645), otherwise the wi
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specguard.analysis.defaults import MIN_RESAMPLES
 from specguard.canary.judge.window import AnalysisPolicy, MetricRule, RequestSample, SegmentSamples, analyse_window, look_alpha
@@ -39,6 +40,7 @@ def verdicts(n_windows: int, n: int, factor: float, seed: int) -> dict[str, int]
     return out
 
 
+@pytest.mark.slow  # 29 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_false_fail_rate_per_window_and_over_a_rollout() -> None:
     # 480 equal-pool windows, 8 passes over the 60 looks of the plan.
     counts = verdicts(480, 100, 1.0, seed=26)
@@ -58,6 +60,7 @@ def test_equal_pools_pass_at_the_size_where_the_test_has_the_power() -> None:
     assert counts["FAIL"] <= 3, counts
 
 
+@pytest.mark.slow  # 13 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_detection_of_a_1_2x_regression_per_window() -> None:
     at_100 = verdicts(300, 100, 1.2, seed=27)
     at_50 = verdicts(300, 50, 1.2, seed=28)

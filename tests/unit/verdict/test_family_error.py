@@ -123,6 +123,7 @@ def test_the_fast_bootstrap_is_the_bootstrap_compare_percentile_runs():
 
 
 @pytest.mark.parametrize(("n", "min_tail"), [(102, 1), (501, 5)])
+@pytest.mark.slow  # 6.4 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_unchanged_tails_rarely_veto_a_plan(n, min_tail):
     """Unchanged P99s on both arms, 24 guardrail tests: the family-wise false NO-GO stays within alpha.
 
@@ -133,12 +134,14 @@ def test_unchanged_tails_rarely_veto_a_plan(n, min_tail):
     assert counts["old_veto"] > allowed(FAMILY_ALPHA), counts  # the simulation sees an uncontrolled rule
 
 
+@pytest.mark.slow  # 6.9 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_tails_exactly_at_the_budget_are_vetoed_at_most_alpha_of_the_time():
     """The least favourable truth for a false NO-GO: every P99 exactly 1 + budget, 24 true null hypotheses."""
     counts = simulate(501, guard_scale=1 + Guardrails().max_p99_e2e_regression, objective_scale=0.6, min_tail=5, seed=7)
     assert counts["guard_veto"] <= allowed(FAMILY_ALPHA), counts
 
 
+@pytest.mark.slow  # 10.8 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_a_planted_win_is_not_vetoed_by_chance():
     """A 40 % win on p95 with unchanged tails. At 501 requests per cell a P99 ratio's interval is wide (lognormal
     sigma 0.5), so 24 of them cannot all be shown within 5 % budgets: INCONCLUSIVE, not NO-GO (the plan's

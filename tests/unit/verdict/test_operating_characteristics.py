@@ -46,11 +46,13 @@ def test_the_sizing_is_what_the_draws_run_at():
 
 
 @pytest.mark.parametrize("per_cell", [48, SIZED])
+@pytest.mark.slow  # 7.9 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_identical_arms_never_go(per_cell):
     counts = _counts(Truth("identical"), per_cell, 1000, seed=11)
     assert counts["GO"] <= 25, counts  # at most 2.5 % of 1,000
 
 
+@pytest.mark.slow  # 7.5 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_a_candidate_exactly_at_every_line_goes_at_most_2_5_percent():
     # the least favourable truth of the GO side: the objective exactly 10 % better, both P99s exactly +5 %
     truth = Truth("at the lines", objective_ratio=0.90, e2e_ratio=1.05, ttft_ratio=1.05)
@@ -58,6 +60,7 @@ def test_a_candidate_exactly_at_every_line_goes_at_most_2_5_percent():
     assert counts["GO"] <= 25, counts
 
 
+@pytest.mark.slow  # 12 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_five_percent_errors_against_none_is_no_go_at_576_requests_per_arm():
     # the scenario: a 40 % win whose candidate answers 5 % of its requests with HTTP 500; 48 per cell
     truth = Truth("errors", objective_ratio=0.60, e2e_ratio=0.75, error_candidate=0.05)
@@ -65,6 +68,7 @@ def test_five_percent_errors_against_none_is_no_go_at_576_requests_per_arm():
     assert counts["NO-GO"] >= 0.95 * 600, counts
 
 
+@pytest.mark.slow  # 8.1 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_a_40_percent_win_with_equal_tails_goes_at_least_80_percent_at_the_sized_budget():
     truth = Truth("win", objective_ratio=0.60)  # P99 E2E and TTFT unchanged: they must be shown within +5 %
     counts = _counts(truth, SIZED, 1500, seed=14)
@@ -72,6 +76,7 @@ def test_a_40_percent_win_with_equal_tails_goes_at_least_80_percent_at_the_sized
     assert counts["NO-GO"] <= 0.025 * 1500, counts  # an unchanged P99 vetoes a true win rarely
 
 
+@pytest.mark.slow  # 17 s when measured under load: `make test` runs it, `make test-fast` leaves it out
 def test_sequential_looks_keep_identical_arms_from_go_and_reach_go_on_the_win():
     rng = np.random.default_rng(15)
     budget = 2 * SIZED * len(LAYOUT.cells)  # the plan's sequential.max_requests_per_arm: twice the fixed size

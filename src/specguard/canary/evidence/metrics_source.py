@@ -4,7 +4,7 @@ specguard's proxy sees every request itself; behind HAProxy or a Gateway it sees
 on their servers' own series instead: gauges (waiting, running, KV usage), counters (spec-decode drafts,
 draft and accepted tokens, preemptions, output tokens) and the four latency histograms. Both sources give
 one ``PoolWindow`` per pool, the same object whichever read it, so that the judge cannot tell them apart
-and a test can hold them against each other (tests/integration/test_prometheus_source.py):
+and a test can hold them against each other (tests/system/test_prometheus_source.py):
 
 - ``ScrapeSource`` reads every server's ``/metrics`` at each ``poll`` (the controller's scrape tick), as
   ``pool_watch`` does, parsed by ``server_metrics.parse`` and ``server_metrics.histograms``;

@@ -39,7 +39,7 @@ class RecordsEvidence:
         gauges, acceptance = window_gauges(self.watcher.take_window())
         # Off the relay loop: the records are handed over (this window's list is no longer appended to). While the
         # judge thread runs, the GIL is handed back every 1 ms instead of Python's 5: a relay callback waits at most
-        # that long for it (tests/integration/test_canary_relay_timing.py holds the p99.9 chunk gap to it).
+        # that long for it (tests/system/test_canary_relay_timing.py holds the p99.9 chunk gap to it).
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, JUDGE_SWITCH_INTERVAL_S))
         try:

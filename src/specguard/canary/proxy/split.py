@@ -23,7 +23,8 @@ _HASH_BITS = 53
 def key_hash(key: str) -> float:
     """The key's point in [0, 1): the first 53 bits of SHA-256 of its UTF-8 bytes, over 2**53."""
     digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return (int.from_bytes(digest[:8], "big") >> (64 - _HASH_BITS)) / 2**_HASH_BITS
+    scale: int = 2**_HASH_BITS  # annotated: mypy types a power with a variable exponent as Any
+    return (int.from_bytes(digest[:8], "big") >> (64 - _HASH_BITS)) / scale
 
 
 def _fraction(value: float, name: str) -> None:

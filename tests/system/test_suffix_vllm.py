@@ -30,7 +30,7 @@ from specguard.embedded.servers import SERVED_NAME, SUFFIX_CONFIG, embedded_serv
 from specguard.loadgen.prompts import synthetic_prompts
 from specguard.results.run_dir import load_summary
 from specguard.vllm.process import ManagedServer
-from tests.integration.test_assess_embedded import _complete, _counters
+from tests.system.test_assess_embedded import _complete, _counters
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]

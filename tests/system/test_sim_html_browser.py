@@ -15,7 +15,7 @@ from specguard.sim.results import SIMULATED_BANNER
 from specguard.sim.run import SimRequest, run_sim
 from tests.browser import inspect_page
 
-ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 PROBE = """(() => {
   const drawn = IDS.map(id => [id, !!document.querySelector('#' + id + '.js-plotly-plot .main-svg')]);

@@ -18,7 +18,7 @@ from tests.unit.report.test_greedy_gpu_report import add_gpu_samples, add_output
 from tests.unit.report.test_report import make_check
 
 CONTRAST_CLASSES = ["banner GO", "banner NO-GO", "banner INCONCLUSIVE", "banner simulated", "better", "worse", "inconclusive"]
-ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 PROBE = """(() => {
   const plot = id => document.getElementById(id);

@@ -163,7 +163,7 @@ def test_assess_with_a_python_lacking_arctic_fails_naming_the_missing_module(mod
     import stat
     import sys
 
-    from tests.integration.test_cli import specguard
+    from tests.system.test_cli import specguard
 
     bare = tmp_path / "python"  # this interpreter without site-packages: arctic_inference cannot import there
     bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')

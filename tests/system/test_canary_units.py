@@ -35,7 +35,7 @@ from specguard.embedded.runtime import VllmRuntime
 from specguard.errors import ExitCode, InputFileError, OutputExistsError
 from specguard.vllm.server_spec import ServerSpec, build_argv
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLEET = EXAMPLES / "rollout-gpu-fleet.yaml"
 EMBEDDED = EXAMPLES / "rollout-embedded.yaml"
 FAKE_VERSION = "0.11.0"
