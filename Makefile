@@ -20,8 +20,11 @@ lint: setup
 	.venv/bin/mypy src
 
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
+# The unit tier first, on two workers (pytest-xdist): it is CPU-bound and starts nothing, so two cores halve it;
+# then the system tier in one session, so that each real server starts once and timing tests run alone.
 test: setup-test
-	.venv/bin/python -m pytest --durations=25
+	.venv/bin/python -m pytest tests/unit tests/cli -n 2 --durations=10
+	.venv/bin/python -m pytest tests/system --durations=25
 
 # The unit tier alone (README: Tests): tests/unit and the in-process CLI tests of tests/cli, which start no
 # process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.

@@ -21,7 +21,7 @@ import typer
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err
-from specguard.errors import ExitCode, Interrupted, OptionError, ServerError
+from specguard.errors import ExitCode, Interrupted, OptionError, RuntimeFailure, ServerError
 from specguard.validation import input_path
 
 canary_app = typer.Typer(
@@ -60,6 +60,8 @@ def run(
         return await run_canary(rollout, log=_log, log_dir=logs, exit_when_finished=exit_when_finished, drain_s=drain_s)
 
     outcome = run_async(main())
+    if outcome.state_lost is not None:
+        raise RuntimeFailure(f"stopped at {outcome.status}; {outcome.state_lost}: nothing was saved, and a restart starts anew")
     if outcome.interrupted:
         raise Interrupted(f"stopped at {outcome.status}; the state is saved in {rollout.state.path}: run again to resume")
     raise typer.Exit(ExitCode.OK if outcome.status == "promoted" else ExitCode.NO_GO)

@@ -388,3 +388,16 @@ async def test_a_rollback_on_an_engine_that_counts_no_streams_waits_drain_s_and_
     assert rollback.decision == "rollback" and rollback.reasons[-1].startswith("route written, not applied")
     [hook] = loop.events("hook")
     assert hook.details["drain"] == "waited drain_s (1 s): the engine does not count streams"
+
+
+async def test_a_deleted_state_file_stops_the_decisions_and_is_said_once_loudly(tmp_path: Path) -> None:
+    """Issue 29: a state file deleted under a running controller went unnoticed, and the stop said it was saved."""
+    loop = Loop(tmp_path, FakeEvidence(["PASS", "PASS"]))
+    loop.store.path.unlink()
+    await loop.window()
+    await loop.window()
+    assert loop.evidence.judged == [] and loop.controller.state.step == 0, "no window judged, no step taken"
+    assert loop.controller.state_lost is not None and "was deleted or replaced" in loop.controller.state_lost
+    assert len([line for line in loop.lines if "was deleted or replaced" in line]) == 1
+    loop.controller.on_stopped(0)
+    assert not loop.store.path.exists(), "nothing writes to a file that is gone"

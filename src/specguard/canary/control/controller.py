@@ -33,6 +33,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from specguard.canary.control.hook_env import hook_environment, redact, token_values
@@ -58,6 +59,15 @@ _READS_PER_WINDOW = 4
 _MAX_READ_INTERVAL_S = 15.0
 # Requests are written to the state file at least this often, so that a crash loses at most this much.
 _FLUSH_S = 1.0
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a file, None when it is gone."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _move_text(d: Decision) -> str:
@@ -86,6 +96,10 @@ class CanaryController:
         self._weights_pending = False
         self._engine_lost: str | None = None  # why the engine could not be reached, until it answers again
         self._drain_note: str | None = None  # which wait a rollback's drain used, for its hooks' events
+        # The state file's identity, checked each window: a file deleted or replaced under a running controller
+        # went unnoticed before (issue 29), and the stop then claimed a state "saved" in a file that was gone.
+        self._state_identity = _file_identity(store.path)
+        self.state_lost: str | None = None
         self.log = log
         self.clock = clock
         self.drain_s = drain_s
@@ -294,8 +308,9 @@ class CanaryController:
 
     def on_stopped(self, still_in_flight: int, *, cut_at_shutdown: int = 0, drain_s: float | None = None) -> None:
         """After the proxy drained: write what finished meanwhile, save the state, and log the stop. Nothing when the
-        engine never confirmed the first weights: the state file must not claim a start that did not happen."""
-        if self._weights_pending:
+        engine never confirmed the first weights (the state file must not claim a start that did not happen), or
+        when the state file was lost (writing would only reach the deleted file)."""
+        if self._weights_pending or self._state_file_lost():
             return
         self._flush()
         self.state.updated_unix = self.clock()
@@ -316,7 +331,21 @@ class CanaryController:
             details={"still_in_flight": still_in_flight, "cut_at_shutdown": cut_at_shutdown, "drain_s": drain_s},
         )
 
+    def _state_file_lost(self) -> bool:
+        """Whether the state file is gone or replaced; said once, loudly. From then on no decision is taken: the
+        traffic stays at the weights it has, and the operator restarts the controller to recreate the file."""
+        if self.state_lost is None and _file_identity(self.store.path) != self._state_identity:
+            self.state_lost = f"the state file {self.store.path} was deleted or replaced while the canary ran"
+            self.log(
+                f"!!! {self.state_lost}: no decision is taken from now on; the traffic stays at {self.state.percent:g} % "
+                "for the candidate; stop and restart the controller (it will start a new state)"
+            )
+        return self.state_lost is not None
+
     async def _close_window(self, start: float, end: float) -> None:
+        if self._state_file_lost():
+            self._window = []
+            return
         records, self._window = self._window, []
         self._flush()
         if self.state.status not in ("running", "paused"):

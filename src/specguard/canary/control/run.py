@@ -61,6 +61,7 @@ __all__ = ["CanaryOutcome", "run_canary"]
 class CanaryOutcome:
     status: CanaryStatus
     interrupted: bool  # stopped by a signal (or the caller's stop event) rather than by finishing
+    state_lost: str | None = None  # the state file was deleted or replaced while the canary ran: nothing was saved
 
 
 async def _site(
@@ -165,7 +166,7 @@ async def run_canary(
             if annotations is not None:
                 await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
             controller.on_stopped(still, cut_at_shutdown=proxy.cut_at_shutdown, drain_s=drain_s)
-        return CanaryOutcome(status=status, interrupted=stop.is_set())
+        return CanaryOutcome(status=status, interrupted=stop.is_set(), state_lost=controller.state_lost)
     finally:
         if annotations is not None:
             await annotations.close()  # a no-op after the close above; here for a start that failed half-way
