@@ -13,6 +13,7 @@ from specguard.canary.spec.rollout import (
     DEFAULT_STEPS,
     LATENCY_METRICS,
     POOL_GAUGES,
+    Pool,
     Rollout,
     RolloutError,
     is_loopback,
@@ -310,3 +311,15 @@ def test_off_loopback_the_admin_token_needs_32_bytes_and_tls_is_advised(tmp_path
     assert tls.admin.tls is not None and tls.admin.tls.cert == str(tmp_path / "no-such.pem")
     with pytest.raises(OptionError, match="admin.tls: cannot load"):
         admin_ssl_context(tls.admin)
+
+
+def test_a_launch_spec_vllm_would_refuse_is_refused_before_any_server_starts() -> None:
+    """Issue 29: ``method: telepathy, num_speculative_tokens: -3`` started both servers before vLLM refused it."""
+    from specguard.canary.ops.pools import check_launch_specs
+
+    bad = LaunchSpec(model="m", speculative_config={"method": "telepathy", "num_speculative_tokens": -3})
+    pools = {"baseline": Pool(launch=LaunchSpec(model="m")), "candidate": Pool(launch=bad)}
+    with pytest.raises(InputFileError, match=r"pools\.candidate\.launch\.speculative_config: .*telepathy"):
+        check_launch_specs(pools, "0.32.0")
+    good = LaunchSpec(model="m", speculative_config={"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4})
+    check_launch_specs({"candidate": Pool(launch=good)}, "0.32.0")

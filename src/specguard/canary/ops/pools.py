@@ -20,7 +20,7 @@ from typing import Any
 from specguard.canary.proxy.upstream import Upstream
 from specguard.canary.spec.rollout import Pool, Rollout
 from specguard.canary.spec.vocabulary import PoolName
-from specguard.errors import ServerError
+from specguard.errors import InputFileError, ServerError
 from specguard.vllm.process import ManagedServer, ServerStartError
 from specguard.vllm.urls import server_root
 
@@ -65,6 +65,27 @@ def _answer(root: str) -> str | None:
     return why
 
 
+def check_launch_specs(pools: Mapping[PoolName, Pool], vllm_version: str) -> None:
+    """Gate 0's rules on every launch spec's speculative config, for the runtime's vLLM, before any server starts: an
+    error is an InputFileError (exit 2) naming ``pools.<name>.launch.speculative_config`` and what vLLM would refuse.
+    Before issue 29 both servers started and vLLM's own refusal came minutes later."""
+    from specguard.preflight.rules import RuleContext, check_config
+    from specguard.vllm.knowledge import parse_version
+
+    context = RuleContext(version=parse_version(vllm_version))
+    problems = []
+    for name, pool in pools.items():
+        if pool.launch is None or pool.launch.speculative_config is None:
+            continue
+        for f in check_config(pool.launch.speculative_config, context):
+            if f.severity == "error":
+                problems.append(
+                    f"pools.{name}.launch.speculative_config: {f.key}: {f.message}" + (f" ({f.fix})" if f.fix else "")
+                )
+    if problems:
+        raise InputFileError(f"vLLM {vllm_version} would refuse the launch spec:\n  " + "\n  ".join(problems))
+
+
 def check_pools_answer(pools: Mapping[PoolName, list[str]], log: Callable[[str], None]) -> None:
     """Every pool has a server that answers before the first weight is set: a ServerError (exit 4) naming a pool none
     of whose servers answer, a warning for a server that does not while others of its pool do. Before issue 28,
@@ -92,6 +113,7 @@ def start_pools(rollout: Rollout, log_dir: Path, log: Callable[[str], None]) -> 
     to_launch = {name: p for name, p in pools.items() if not p.servers and p.launch is not None}
     if to_launch:
         runtime = ensure_runtime(log=log)
+        check_launch_specs(to_launch, runtime.vllm_version)  # before any server starts: vLLM would refuse it later
         models = ensure_models(runtime) if launches_embedded(p.launch for p in to_launch.values()) else None
         servers: dict[PoolName, ManagedServer] = {}
         for name, pool in to_launch.items():
