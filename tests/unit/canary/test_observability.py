@@ -381,6 +381,10 @@ def test_dashboard_queries_are_promql_promtool_accepts_and_read_recorded_or_prox
     titles = " ".join(p["title"] for p in board["panels"])
     for panel in ("weight", "ITL", "TTFT", "E2E", "tokens/s", "waiting", "KV", "Acceptance", "Errors"):
         assert panel in titles
+    assert 'specguard_pool=~"baseline|candidate"}' in exprs[2] and not any('control"' in e for e in exprs)
+    pools = {**rollout().model_dump(exclude_defaults=True)["pools"], "control": {"servers": ["http://10.0.0.3:8000"]}}
+    with_control = dashboard_queries(plan_recording(rollout(pools=pools), V032))
+    assert sum('specguard_pool=~"baseline|candidate|control"}' in e for e in with_control) >= 5, with_control
     doc = {
         "groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)]}]
     }

@@ -65,6 +65,8 @@ class RecordingPlan:
     windows: Windows
     percentiles: tuple[str, ...]
     omitted: tuple[str, ...]
+    # The pools panels show: baseline and candidate, and the control pool where the rollout has one.
+    pools: tuple[str, ...] = ("baseline", "candidate")
 
 
 def plan_recording(rollout: Rollout, release: Version) -> RecordingPlan:
@@ -77,7 +79,8 @@ def plan_recording(rollout: Rollout, release: Version) -> RecordingPlan:
     ]
     if names.name_for((names.COUNTERS["spec_drafts"][0],), release) is None:
         omitted.append("mean acceptance length and per-position acceptance (no num_drafts before 0.8.5)")
-    return RecordingPlan(release, server_group_labels(rollout), windows(rollout), percentiles, tuple(omitted))
+    pools = ("baseline", "candidate", "control") if rollout.pools.control is not None else ("baseline", "candidate")
+    return RecordingPlan(release, server_group_labels(rollout), windows(rollout), percentiles, tuple(omitted), pools)
 
 
 def _by(labels: tuple[str, ...]) -> str:
