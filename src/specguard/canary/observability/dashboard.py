@@ -29,7 +29,6 @@ from specguard.canary.observability.recording import (
     MEAN_ACCEPTANCE_LENGTH,
     OUTPUT_TOKENS_RATE,
     PROXY_ERROR_RATIO,
-    PROXY_REQUEST_RATE,
     REQUESTS_WAITING,
     RecordingPlan,
     latency_record,
@@ -86,13 +85,13 @@ def _panels(plan: RecordingPlan) -> list[tuple[str, str, list[tuple[str, str]]]]
             "short",
             [(f'{MEAN_ACCEPTANCE_LENGTH}{{{POOL_LABEL}="candidate"}}', "tokens per draft step")],
         ),
-        (
-            "Errors at the proxy",
-            "percentunit",
-            [(f"{PROXY_ERROR_RATIO}{{{pools}}}", legend + " {{segment}}")],
-        ),
-        ("Requests/s at the proxy", "reqps", [(f"{PROXY_REQUEST_RATE}{{{pools}}}", legend + " {{segment}}")]),
     ]
+    where = "at the proxy" if plan.error_ratio == PROXY_ERROR_RATIO else "at the engine"
+    by = legend + (" {{segment}}" if plan.segment_label else "")
+    if plan.error_ratio is not None:
+        out.append((f"Errors {where}", "percentunit", [(f"{plan.error_ratio}{{{pools}}}", by)]))
+    if plan.request_rate is not None:
+        out.append((f"Requests/s {where}", "reqps", [(f"{plan.request_rate}{{{pools}}}", by)]))
     return out
 
 
