@@ -41,6 +41,13 @@ SLIGHTLY_SLOW = (50.0, 90.0, 98.9, 100.0, 100.0, 100.0)
 JUST_OVER = (50.0, 90.0, 98.8, 100.0, 100.0, 100.0)
 MIDDLING = (30.0, 70.0, 90.0, 99.5, 100.0, 100.0)
 V032 = (0, 32, 0)
+HAPROXY = {
+    "type": "haproxy",
+    "socket": "/run/haproxy/admin.sock",
+    "backend": "vllm",
+    "baseline_servers": ["base.1"],
+    "candidate_servers": ["spec1", "spec2"],
+}
 
 
 def rollout(**overrides: Any) -> Rollout:
@@ -349,7 +356,25 @@ def test_each_alert_fires_on_a_regression_and_stays_quiet_within_budget(tmp_path
         assert rule.annotations["runbook_url"].startswith("RUNBOOK.md#") and "obs-test" in rule.annotations["summary"]
         for series, exp in ((firing, [fired]), (quiet, [])):
             test = {"alertname": name, "eval_time": EVAL, "exp_alerts": exp}
-            tests.append({"interval": "15s", "input_series": series, "alert_rule_test": [test]})
+            # Packed into the first test with none of these series: promtool starts over for each test (~0.1 s),
+            # and checks each alert by name, so one alert's series do not disturb another's check.
+            same = [t for t in tests if t["firing"] == bool(exp) and not {x["series"] for x in series} & t["names"]]
+            if same:
+                same[0]["input_series"] += series
+                same[0]["alert_rule_test"].append(test)
+                same[0]["names"] |= {x["series"] for x in series}
+            else:
+                tests.append(
+                    {
+                        "interval": "15s",
+                        "input_series": list(series),
+                        "alert_rule_test": [test],
+                        "firing": bool(exp),
+                        "names": {x["series"] for x in series},
+                    }
+                )
+    for t in tests:
+        del t["firing"], t["names"]
     # Down from 150 s on, held for one window (60 s): pending, not firing, at 180 s.
     down = scenarios["SpecguardPoolServerDown"][0]
     pending = {"alertname": "SpecguardPoolServerDown", "eval_time": "180s", "exp_alerts": []}
@@ -459,6 +484,28 @@ def test_the_command_writes_the_three_files_promtool_accepts(tmp_path: Path) -> 
     assert again.exit_code == ExitCode.USAGE and "--force" in again.output
 
 
+@pytest.mark.parametrize("engine", [None, HAPROXY])
+def test_with_tests_the_command_ships_promtool_tests_that_drive_every_alert_both_ways(
+    tmp_path: Path, engine: dict[str, Any] | None
+) -> None:
+    out = tmp_path / "obs"
+    source = write_rollout_file(tmp_path) if engine is None else tmp_path / "rollout.yaml"
+    if engine is not None:
+        source.write_text(
+            yaml.safe_dump({**rollout(engine=engine).model_dump(exclude_defaults=True), "admin": {"token_env": "T"}})
+        )
+    args = ["canary", "observability", str(source), "--vllm-version", "0.32.0", "--out", str(out), "--with-tests"]
+    r = CliRunner().invoke(app, [*args, "--runbook-url", "https://git.example/ops/RUNBOOK.md"])
+    assert r.exit_code == 0, r.output
+    alerts = [r for r in rules_of(out / "alerting-rules.yaml") if isinstance(r, AlertingRule)]
+    assert all(a.annotations["runbook_url"].startswith("https://git.example/ops/RUNBOOK.md#") for a in alerts)
+    doc = yaml.safe_load((out / "rules-test.yaml").read_text())
+    checks = [(c["alertname"], bool(c["exp_alerts"])) for t in doc["tests"] for c in t["alert_rule_test"]]
+    assert sorted(checks) == sorted((a.alert, fires) for a in alerts for fires in (True, False)), "each alert both ways"
+    result = promtool("test", "rules", "rules-test.yaml", cwd=out)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("version", ["abc", "0.x", ""])
 def test_the_command_rejects_a_bad_vllm_version_and_writes_nothing(tmp_path: Path, version: str) -> None:
     out = tmp_path / "obs"
@@ -470,14 +517,6 @@ def test_the_command_rejects_a_bad_vllm_version_and_writes_nothing(tmp_path: Pat
 
 
 # ---- behind an engine: the error rate from the engine's counters -----------------------------------------
-
-HAPROXY = {
-    "type": "haproxy",
-    "socket": "/run/haproxy/admin.sock",
-    "backend": "vllm",
-    "baseline_servers": ["base.1"],
-    "candidate_servers": ["spec1", "spec2"],
-}
 
 
 def test_behind_haproxy_the_error_alert_and_panels_read_haproxys_response_counters(tmp_path: Path) -> None:
