@@ -236,6 +236,8 @@ def observability(
 
     input_path(rollout_file, "ROLLOUT")
     version_option(vllm_version, "--vllm-version")
+    if not runbook_url or any(c.isspace() or c == "#" for c in runbook_url):
+        raise OptionError(f"--runbook-url {runbook_url!r}: expected a URL or path without spaces or '#' (the section is added)")
     release = parse_version(vllm_version)
     rollout = load_rollout(rollout_file)
     if release > LATEST_KNOWN:

@@ -500,14 +500,16 @@ def test_with_tests_the_command_ships_promtool_tests_that_drive_every_alert_both
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("version", ["abc", "0.x", ""])
-def test_the_command_rejects_a_bad_vllm_version_and_writes_nothing(tmp_path: Path, version: str) -> None:
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--vllm-version", "abc"), ("--vllm-version", "0.x"), ("--vllm-version", ""), ("--runbook-url", "a b#c")],
+)
+def test_the_command_rejects_a_bad_option_and_writes_nothing(tmp_path: Path, option: str, value: str) -> None:
     out = tmp_path / "obs"
-    r = CliRunner().invoke(
-        app, ["canary", "observability", str(write_rollout_file(tmp_path)), "--vllm-version", version, "--out", str(out)]
-    )
+    args = ["canary", "observability", str(write_rollout_file(tmp_path)), "--vllm-version", "0.32.0", "--out", str(out)]
+    r = CliRunner().invoke(app, [*args, option, value])
     assert r.exit_code == ExitCode.USAGE, r.output
-    assert "--vllm-version" in r.output and not out.exists()
+    assert option in r.output and not out.exists()
 
 
 # ---- behind an engine: the error rate from the engine's counters -----------------------------------------
