@@ -234,6 +234,7 @@ def test_two_failing_windows_roll_back_drain_and_run_the_rollback_hook(tmp_path:
     assert sample("specguard_canary_decisions_total", {"kind": "rollback"}) == 1.0
     assert sample("specguard_canary_decisions_total", {"kind": "hold"}) == 1.0
     assert sample("specguard_canary_candidate_weight") == 0.0 and sample("specguard_canary_step") == 0.0
+    assert sample("specguard_canary_control_weight") == 0.0
     for kind in ("started", "window", "decision", "hook"):
         assert sample("specguard_canary_events_total", {"kind": kind}) == len(loop.events(kind)), kind
 
@@ -342,3 +343,16 @@ def test_the_exported_evidence_is_each_pools_value_the_window_was_judged_on() ->
         assert (sample("specguard_canary_window_value", labels), sample("specguard_canary_window_samples", labels)) == (value, n)
     assert sample("specguard_canary_events_total", {"kind": "window"}) == 1.0
     assert sample("specguard_canary_candidate_weight") is None, "with the proxy, the proxy's series hold the weight"
+    # Behind an engine with a control pool: it gets the candidate's share until the candidate has all of it.
+    engine = CollectorRegistry()
+    weights = ControllerSeries(engine, weights=True, has_control=True)
+    shares = []
+    for percent in (25.0, 100.0):
+        weights.observe(CanaryEvent.model_validate({"seq": 4, "time": T0, "kind": "decision", "step": 1, "percent": percent}))
+        shares.append(
+            (
+                engine.get_sample_value("specguard_canary_candidate_weight"),
+                engine.get_sample_value("specguard_canary_control_weight"),
+            )
+        )
+    assert shares == [(0.25, 0.25), (1.0, 0.0)]

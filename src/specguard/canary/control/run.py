@@ -251,7 +251,7 @@ async def _run_with_engine(
     )
     # No proxy exports anything here: the controller's own series are all the admin API's /metrics has.
     registry = CollectorRegistry()
-    store.on_event = ControllerSeries(registry, weights=True).observe
+    store.on_event = ControllerSeries(registry, weights=True, has_control=rollout.pools.control is not None).observe
     controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
     admin_runner = await _site(
         admin_app(controller, token, registry, log),

@@ -7,7 +7,7 @@ log says and the controller needs no second bookkeeping:
 
 * ``specguard_canary_events_total{kind}``: every event by kind (``decision``, ``critical``, ``drift``, ...);
 * ``specguard_canary_decisions_total{kind}``: decisions and manual actions by what they decided;
-* ``specguard_canary_candidate_weight`` and ``specguard_canary_step``: the controller's state after each event;
+* ``specguard_canary_candidate_weight``, ``..._control_weight`` and ``..._step``: the state after each event;
 * ``specguard_canary_window_value{pool,metric,segment}`` and ``..._window_samples``: the evidence the last
   window was judged on (each pool's value of each budget metric and how many observations it rested on).
 
@@ -27,7 +27,7 @@ __all__ = ["ControllerSeries"]
 
 
 class ControllerSeries:
-    def __init__(self, registry: CollectorRegistry, *, weights: bool) -> None:
+    def __init__(self, registry: CollectorRegistry, *, weights: bool, has_control: bool = False) -> None:
         r = registry
         self.events = Counter(
             "specguard_canary_events", "Events the controller appended to its log, by kind", ("kind",), registry=r
@@ -45,8 +45,10 @@ class ControllerSeries:
             registry=r,
         )
         self.weights = weights
+        self.has_control = has_control
         if weights:
             self.candidate_weight = Gauge("specguard_canary_candidate_weight", "Candidate share of new requests", registry=r)
+            self.control_weight = Gauge("specguard_canary_control_weight", "Control share of new requests", registry=r)
             self.step = Gauge("specguard_canary_step", "The rollout step (0-based)", registry=r)
             self.decisions = Counter("specguard_canary_decisions", "Controller decisions by kind", ("kind",), registry=r)
 
@@ -57,7 +59,11 @@ class ControllerSeries:
             self._window(event.details.get("analysis") or {})
         if not self.weights:
             return
-        self.candidate_weight.set(event.percent / 100.0)
+        candidate = event.percent / 100.0
+        self.candidate_weight.set(candidate)
+        # The controller's rule (CanaryController._shares): the control pool gets the candidate's share until
+        # the candidate has all of it; a rollback (0 %) and a promotion (100 %) leave it none.
+        self.control_weight.set(candidate if self.has_control and candidate < 1.0 else 0.0)
         self.step.set(event.step)
         if event.kind in ("decision", "manual") and event.decision is not None:
             self.decisions.labels(kind=event.decision).inc()
