@@ -189,6 +189,23 @@ def _health(rollout: Rollout, plan: RecordingPlan, runbook: str) -> list[Alertin
     ]
 
 
+def _counted(rollout: Rollout, alert: str, counter: str, summary: str, description: str, runbook_url: str) -> AlertingRule:
+    """A warning while the controller's ``counter`` moved within the lookback (one decision or event is enough)."""
+    expr = f"increase({counter}[{RESTART_LOOKBACK}]) > 0"
+    return AlertingRule(
+        alert=alert,
+        expr=expr,
+        labels={"severity": "warning", "specguard_rollout": rollout.name},
+        annotations={
+            "summary": f"canary {rollout.name}: {summary}",
+            "description": description,
+            "formula": expr,
+            "vllm_releases": "any",
+            "runbook_url": runbook_url,
+        },
+    )
+
+
 def _controller(rollout: Rollout, plan: RecordingPlan, runbook: str) -> list[AlertingRule]:
     """The controller itself: down, rolled back, or finding the engine other than it set it. Its series are on the
     admin API in every mode (``control.series``; the proxy's with the proxy), scraped as ``PROXY_JOB``."""
@@ -211,36 +228,24 @@ def _controller(rollout: Rollout, plan: RecordingPlan, runbook: str) -> list[Ale
                 "runbook_url": _runbook(runbook, "manual"),
             },
         ),
-        AlertingRule(
-            alert="SpecguardCanaryRolledBack",
-            expr=f'increase({CONTROLLER_DECISIONS}{{{job}, kind="rollback"}}[{RESTART_LOOKBACK}]) > 0',
-            labels={"severity": "warning", **common},
-            annotations={
-                "summary": f"canary {rollout.name}: the controller rolled the candidate pool back",
-                "description": (
-                    "A rollback decision (a failed budget, a critical condition, or an operator's rollback): the "
-                    "baseline pool takes every new request. The event log says why."
-                ),
-                "formula": f'increase({CONTROLLER_DECISIONS}{{kind="rollback"}}[{RESTART_LOOKBACK}]) > 0',
-                "vllm_releases": "any",
-                "runbook_url": _runbook(runbook, "events"),
-            },
+        _counted(
+            rollout,
+            "SpecguardCanaryRolledBack",
+            f'{CONTROLLER_DECISIONS}{{{job}, kind="rollback"}}',
+            "the controller rolled the candidate pool back",
+            "A rollback decision (a failed budget, a critical condition, or an operator's rollback): the baseline "
+            "pool takes every new request. The event log says why.",
+            _runbook(runbook, "events"),
         ),
-        AlertingRule(
-            alert="SpecguardEngineDrift",
-            expr=f'increase({CONTROLLER_EVENTS}{{{job}, kind="drift"}}[{RESTART_LOOKBACK}]) > 0',
-            labels={"severity": "warning", **common},
-            annotations={
-                "summary": f"canary {rollout.name}: the engine's weights differed from what the controller set",
-                "description": (
-                    "A drift event: the engine (HAProxy, the HTTPRoute) reported other weights than the controller "
-                    "set (a restarted HAProxy comes back with its configured weights); the controller re-applied them, "
-                    "and pauses with a critical event if they still differ."
-                ),
-                "formula": f'increase({CONTROLLER_EVENTS}{{kind="drift"}}[{RESTART_LOOKBACK}]) > 0',
-                "vllm_releases": "any",
-                "runbook_url": _runbook(runbook, "status"),
-            },
+        _counted(
+            rollout,
+            "SpecguardEngineDrift",
+            f'{CONTROLLER_EVENTS}{{{job}, kind="drift"}}',
+            "the engine's weights differed from what the controller set",
+            "A drift event: the engine (HAProxy, the HTTPRoute) reported other weights than the controller set (a "
+            "restarted HAProxy comes back with its configured weights); the controller re-applied them, and pauses "
+            "with a critical event if they still differ.",
+            _runbook(runbook, "status"),
         ),
     ]
 
