@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -97,12 +98,19 @@ async def test_a_slower_candidate_behind_haproxy_is_rolled_back_on_its_servers_h
             await wait_until(run, lambda: decisions(run, "rollback"), 60)
             # after the rollback, HAProxy sends nothing new to the speculative server
             states = await HAProxyRouter(engine_of(rollout)).read_back()
+            # No proxy runs, yet the admin API exports the controller's series (issue 28: its registry was empty).
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with aiohttp.ClientSession() as s, s.get(f"http://{rollout.admin.listen}/metrics", headers=headers) as resp:
+                exported = await resp.text()
             stop.set()
             tally = await load
             outcome = await run.stopped()
     finally:
         haproxy.stop()
     assert outcome.status == "rolled_back"
+    for line in ('specguard_canary_decisions_total{kind="rollback"} 1.0', "specguard_canary_candidate_weight 0.0"):
+        assert line in exported.splitlines(), exported
+    assert 'specguard_canary_events_total{kind="window"}' in exported and "specguard_canary_window_value{" in exported
     assert states["speculative-1"].weight == 0 and states["speculative-1"].draining
     assert states["baseline-1"].weight > 0
     windows = run.events("window")

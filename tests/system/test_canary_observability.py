@@ -22,6 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from specguard.canary.observability import observability_files
+from specguard.canary.observability.conventions import PROXY_JOB
 from specguard.canary.observability.dashboard import GRAFANA_SCHEMA_VERSION, dashboard_queries
 from specguard.canary.observability.recording import plan_recording
 from specguard.canary.observability.rulefile import AlertingRule, RecordingRule, read_rule_file
@@ -40,6 +41,13 @@ SLIGHTLY_SLOW = (50.0, 90.0, 98.9, 100.0, 100.0, 100.0)
 JUST_OVER = (50.0, 90.0, 98.8, 100.0, 100.0, 100.0)
 MIDDLING = (30.0, 70.0, 90.0, 99.5, 100.0, 100.0)
 V032 = (0, 32, 0)
+HAPROXY = {
+    "type": "haproxy",
+    "socket": "/run/haproxy/admin.sock",
+    "backend": "vllm",
+    "baseline_servers": ["base.1"],
+    "candidate_servers": ["spec1", "spec2"],
+}
 
 
 def rollout(**overrides: Any) -> Rollout:
@@ -53,6 +61,8 @@ def rollout(**overrides: Any) -> Rollout:
         "admin": {"token_env": "T"},
     }
     doc.update(overrides)
+    if "engine" in overrides:
+        del doc["split"]  # an engine splits the traffic itself; the rollout refuses 'split' with one
     return Rollout.model_validate(doc)
 
 
@@ -63,9 +73,9 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def generate(tmp: Path, release: tuple[int, int, int] = V032, **overrides: Any) -> dict[str, Path]:
+def generate(tmp: Path, release: tuple[int, int, int] = V032, with_tests: bool = False, **overrides: Any) -> dict[str, Path]:
     paths = {}
-    for name, text in observability_files(rollout(**overrides), release).items():
+    for name, text in observability_files(rollout(**overrides), release, with_tests=with_tests).items():
         (tmp / name).write_text(text)
         paths[name] = tmp / name
     return paths
@@ -249,13 +259,22 @@ def _alert_scenarios() -> dict[str, tuple[list[dict[str, str]], list[dict[str, s
     # SLIGHTLY_SLOW is within the 10 % budget at P99, JUST_OVER is not (by under 20 %): say so before relying on it.
     assert quantile(0.99, SLIGHTLY_SLOW) < 1.10 * quantile(0.99, BASELINE) < quantile(0.99, JUST_OVER)
     assert quantile(0.99, JUST_OVER) < 1.20 * quantile(0.99, BASELINE)
-    for name, base_name in (("Itl", ITL), ("Ttft", TTFT), ("E2e", E2E)):
+    for name, base_name in (("Ttft", TTFT), ("E2e", E2E)):
         baseline = histogram(base_name, BASELINE, **base)
         out[f"SpecguardCandidate{name}P99Regression"] = (
             baseline + histogram(base_name, JUST_OVER, **cand),
             baseline + histogram(base_name, SLIGHTLY_SLOW, **cand),
             cand,
         )
+    # The per-token (itl_ms) budget reads TPOT (issue 28): a candidate far slower per engine step (vLLM's ITL
+    # histogram) but within budget per output token does not fire it; one over budget per token does.
+    per_step = histogram(ITL, BASELINE, **base) + histogram(ITL, SLOW, **cand)
+    baseline = histogram(TPOT, BASELINE, **base)
+    out["SpecguardCandidateItlP99Regression"] = (
+        baseline + histogram(TPOT, JUST_OVER, **cand),
+        per_step + baseline + histogram(TPOT, SLIGHTLY_SLOW, **cand),
+        cand,
+    )
     for name, metric, base_value, over, under in (
         ("RequestsWaiting", "vllm:num_requests_waiting", 1.0, 3.5, 2.5),  # budget 2
         ("KvCacheUsage", "vllm:kv_cache_usage_perc", 0.5, 0.65, 0.55),  # budget 0.10
@@ -299,7 +318,30 @@ def _alert_scenarios() -> dict[str, tuple[list[dict[str, str]], list[dict[str, s
         ]
 
     out["SpecguardCandidateAcceptanceLow"] = (acceptance(3.0), acceptance(7.0), cand)
+    # The controller's own series on its admin API (control.series): scraped as the proxy job in every mode.
+    admin = {"job": PROXY_JOB, "instance": "127.0.0.1:9091"}
+    out["SpecguardControllerDown"] = (
+        [{"series": f"up{labels(admin)}", "values": f"1x10 0x{STEPS - 10}"}],
+        [{"series": f"up{labels(admin)}", "values": f"1x{STEPS}"}],
+        admin,
+    )
+    for alert, name, kind in (
+        ("SpecguardCanaryRolledBack", "specguard_canary_decisions_total", "rollback"),
+        ("SpecguardEngineDrift", "specguard_canary_events_total", "drift"),
+    ):
+        other = {**admin, "kind": "hold" if kind == "rollback" else "window"}
+        out[alert] = (
+            [{"series": f"{name}{labels({**admin, 'kind': kind})}", "values": f"0x30 1x{STEPS - 30}"}],
+            [{"series": f"{name}{labels(other)}", "values": f"0+1x{STEPS}"}],
+            {**admin, "kind": kind},
+        )
     return out
+
+
+def rendered(annotations: dict[str, str], series_labels: dict[str, str]) -> dict[str, str]:
+    """The annotations as Prometheus renders them for an alert with these labels (the pool's template)."""
+    pool = series_labels.get("specguard_pool", "")
+    return {k: v.replace("{{ $labels.specguard_pool }}", pool) for k, v in annotations.items()}
 
 
 def test_each_alert_fires_on_a_regression_and_stays_quiet_within_budget(tmp_path: Path) -> None:
@@ -310,10 +352,29 @@ def test_each_alert_fires_on_a_regression_and_stays_quiet_within_budget(tmp_path
     tests = []
     for name, (firing, quiet, series_labels) in scenarios.items():
         rule = alerts[name]
-        fired = {"exp_labels": {**series_labels, **rule.labels}, "exp_annotations": rule.annotations}
+        fired = {"exp_labels": {**series_labels, **rule.labels}, "exp_annotations": rendered(rule.annotations, series_labels)}
+        assert rule.annotations["runbook_url"].startswith("RUNBOOK.md#") and "obs-test" in rule.annotations["summary"]
         for series, exp in ((firing, [fired]), (quiet, [])):
             test = {"alertname": name, "eval_time": EVAL, "exp_alerts": exp}
-            tests.append({"interval": "15s", "input_series": series, "alert_rule_test": [test]})
+            # Packed into the first test with none of these series: promtool starts over for each test (~0.1 s),
+            # and checks each alert by name, so one alert's series do not disturb another's check.
+            same = [t for t in tests if t["firing"] == bool(exp) and not {x["series"] for x in series} & t["names"]]
+            if same:
+                same[0]["input_series"] += series
+                same[0]["alert_rule_test"].append(test)
+                same[0]["names"] |= {x["series"] for x in series}
+            else:
+                tests.append(
+                    {
+                        "interval": "15s",
+                        "input_series": list(series),
+                        "alert_rule_test": [test],
+                        "firing": bool(exp),
+                        "names": {x["series"] for x in series},
+                    }
+                )
+    for t in tests:
+        del t["firing"], t["names"]
     # Down from 150 s on, held for one window (60 s): pending, not firing, at 180 s.
     down = scenarios["SpecguardPoolServerDown"][0]
     pending = {"alertname": "SpecguardPoolServerDown", "eval_time": "180s", "exp_alerts": []}
@@ -328,7 +389,7 @@ def test_a_restart_shows_as_a_counter_reset_where_no_process_metrics_are_exporte
     )
     target = {"job": "vllm-candidate", "instance": "10.0.0.2:9000", "specguard_pool": "candidate"}
     series = [{"series": f"vllm:prompt_tokens_total{labels(target)}", "values": "0+50x30 0+50x9"}]
-    fired = {"exp_labels": {**target, **rule.labels}, "exp_annotations": rule.annotations}
+    fired = {"exp_labels": {**target, **rule.labels}, "exp_annotations": rendered(rule.annotations, target)}
     test = {"alertname": rule.alert, "eval_time": EVAL, "exp_alerts": [fired]}
     run_tests(tmp_path, ["alerting-rules.yaml"], [{"interval": "15s", "input_series": series, "alert_rule_test": [test]}])
 
@@ -381,6 +442,10 @@ def test_dashboard_queries_are_promql_promtool_accepts_and_read_recorded_or_prox
     titles = " ".join(p["title"] for p in board["panels"])
     for panel in ("weight", "ITL", "TTFT", "E2E", "tokens/s", "waiting", "KV", "Acceptance", "Errors"):
         assert panel in titles
+    assert 'specguard_pool=~"baseline|candidate"}' in exprs[2] and not any('control"' in e for e in exprs)
+    pools = {**rollout().model_dump(exclude_defaults=True)["pools"], "control": {"servers": ["http://10.0.0.3:8000"]}}
+    with_control = dashboard_queries(plan_recording(rollout(pools=pools), V032))
+    assert sum('specguard_pool=~"baseline|candidate|control"}' in e for e in with_control) >= 5, with_control
     doc = {
         "groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:query_{i}", "expr": e} for i, e in enumerate(exprs)]}]
     }
@@ -419,11 +484,119 @@ def test_the_command_writes_the_three_files_promtool_accepts(tmp_path: Path) -> 
     assert again.exit_code == ExitCode.USAGE and "--force" in again.output
 
 
-@pytest.mark.parametrize("version", ["abc", "0.x", ""])
-def test_the_command_rejects_a_bad_vllm_version_and_writes_nothing(tmp_path: Path, version: str) -> None:
+def test_with_tests_the_command_ships_promtool_tests_that_drive_every_alert_both_ways(tmp_path: Path) -> None:
+    # Behind HAProxy: test_behind_haproxy_the_error_alert_and_panels_read_haproxys_response_counters runs them.
     out = tmp_path / "obs"
-    r = CliRunner().invoke(
-        app, ["canary", "observability", str(write_rollout_file(tmp_path)), "--vllm-version", version, "--out", str(out)]
-    )
+    source = write_rollout_file(tmp_path)
+    args = ["canary", "observability", str(source), "--vllm-version", "0.32.0", "--out", str(out), "--with-tests"]
+    r = CliRunner().invoke(app, [*args, "--runbook-url", "https://git.example/ops/RUNBOOK.md"])
+    assert r.exit_code == 0, r.output
+    alerts = [r for r in rules_of(out / "alerting-rules.yaml") if isinstance(r, AlertingRule)]
+    assert all(a.annotations["runbook_url"].startswith("https://git.example/ops/RUNBOOK.md#") for a in alerts)
+    doc = yaml.safe_load((out / "rules-test.yaml").read_text())
+    checks = [(c["alertname"], bool(c["exp_alerts"])) for t in doc["tests"] for c in t["alert_rule_test"]]
+    assert sorted(checks) == sorted((a.alert, fires) for a in alerts for fires in (True, False)), "each alert both ways"
+    result = promtool("test", "rules", "rules-test.yaml", cwd=out)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--vllm-version", "abc"), ("--vllm-version", "0.x"), ("--vllm-version", ""), ("--runbook-url", "a b#c")],
+)
+def test_the_command_rejects_a_bad_option_and_writes_nothing(tmp_path: Path, option: str, value: str) -> None:
+    out = tmp_path / "obs"
+    args = ["canary", "observability", str(write_rollout_file(tmp_path)), "--vllm-version", "0.32.0", "--out", str(out)]
+    r = CliRunner().invoke(app, [*args, option, value])
     assert r.exit_code == ExitCode.USAGE, r.output
-    assert "--vllm-version" in r.output and not out.exists()
+    assert option in r.output and not out.exists()
+
+
+# ---- behind an engine: the error rate from the engine's counters -----------------------------------------
+
+
+def test_behind_haproxy_the_error_alert_and_panels_read_haproxys_response_counters(tmp_path: Path) -> None:
+    paths = generate(tmp_path, engine=HAPROXY, with_tests=True)
+    recording = paths["recording-rules.yaml"].read_text()
+    assert "specguard_canary_errors_total" not in recording, "no proxy runs: its series are never exported"
+    board = paths["dashboard.json"].read_text()
+    assert "canary_engine_errors:ratio" in board and "canary_proxy" not in board
+    alert = next(r for r in rules_of(paths["alerting-rules.yaml"]) if isinstance(r, AlertingRule) and "ErrorRate" in r.alert)
+
+    def responses(candidate_5xx: float) -> list[dict[str, str]]:  # 100 responses a scrape per server; budget 0.005
+        out = []
+        for server, five in (("base.1", 0.1), ("spec1", candidate_5xx), ("spec2", 0.0)):
+            out.append(counter("haproxy_server_http_responses_total", 100.0 - five, proxy="vllm", server=server, code="2xx"))
+            out.append(counter("haproxy_server_http_responses_total", five, proxy="vllm", server=server, code="5xx"))
+        # A server of the same name in another backend, and one whose name the unescaped '.' would match: not counted.
+        out.append(counter("haproxy_server_http_responses_total", 50.0, proxy="other", server="spec1", code="5xx"))
+        out.append(counter("haproxy_server_http_responses_total", 50.0, proxy="vllm", server="baseX1", code="5xx"))
+        return out
+
+    cand = {"specguard_pool": "candidate"}
+    fired = {"exp_labels": {**cand, **alert.labels}, "exp_annotations": alert.annotations}
+    tests = [
+        # Candidate: 2.0 of 200 responses a scrape are 5xx (1 %), the baseline 0.1 %: over the 0.5-point budget.
+        {
+            "interval": "15s",
+            "input_series": responses(2.0),
+            "alert_rule_test": [{"alertname": alert.alert, "eval_time": EVAL, "exp_alerts": [fired]}],
+        },
+        # 0.8 of 200 (0.4 %): within it.
+        {
+            "interval": "15s",
+            "input_series": responses(0.8),
+            "alert_rule_test": [{"alertname": alert.alert, "eval_time": EVAL, "exp_alerts": []}],
+        },
+    ]
+    # And the shipped rules-test.yaml for this engine, in the same promtool run: every alert both ways.
+    shipped = yaml.safe_load(paths["rules-test.yaml"].read_text())["tests"]
+    checks = [(c["alertname"], bool(c["exp_alerts"])) for t in shipped for c in t["alert_rule_test"]]
+    alerts = [r.alert for r in rules_of(paths["alerting-rules.yaml"]) if isinstance(r, AlertingRule)]
+    assert sorted(checks) == sorted((a, fires) for a in alerts for fires in (True, False))
+    run_tests(tmp_path, ["recording-rules.yaml", "alerting-rules.yaml"], tests + shipped)
+
+
+def test_behind_a_gateway_the_error_rate_is_the_operators_engine_responses_or_left_out(tmp_path: Path) -> None:
+    gateway = {
+        "type": "gateway-api",
+        "route": "llama-canary",
+        "namespace": "inference",
+        "gateway": {"name": "inference-gateway", "namespace": "gateways"},
+        "backends": {
+            "baseline": {"kind": "Service", "name": "b", "port": 8000},
+            "candidate": {"kind": "Service", "name": "c", "port": 8000},
+        },
+    }
+    errors = 'sum by (specguard_pool) (label_replace(envoy_rq_total{code=~"5.."}, "specguard_pool", "$1", "cluster", "(.*)"))'
+    total = 'sum by (specguard_pool) (label_replace(envoy_rq_total, "specguard_pool", "$1", "cluster", "(.*)"))'
+    metrics = {"source": "prometheus", "url": "http://127.0.0.1:9090", "engine_responses": {"errors": errors, "total": total}}
+    paths = generate(tmp_path, engine=gateway, metrics=metrics)
+    assert f"rate(({errors})[60s:])" in paths["recording-rules.yaml"].read_text()  # promtool test loads (checks) the files
+    alert = next(r for r in rules_of(paths["alerting-rules.yaml"]) if isinstance(r, AlertingRule) and "ErrorRate" in r.alert)
+
+    def rq(candidate_5xx: float) -> list[dict[str, str]]:
+        return [
+            counter("envoy_rq_total", 99.9, cluster="baseline", code="200"),
+            counter("envoy_rq_total", 0.1, cluster="baseline", code="503"),
+            counter("envoy_rq_total", 100.0 - candidate_5xx, cluster="candidate", code="200"),
+            counter("envoy_rq_total", candidate_5xx, cluster="candidate", code="503"),
+        ]
+
+    fired = {"exp_labels": {"specguard_pool": "candidate", **alert.labels}, "exp_annotations": alert.annotations}
+    tests = [
+        {
+            "interval": "15s",
+            "input_series": rq(1.0),
+            "alert_rule_test": [{"alertname": alert.alert, "eval_time": EVAL, "exp_alerts": [fired]}],
+        },
+        {
+            "interval": "15s",
+            "input_series": rq(0.4),
+            "alert_rule_test": [{"alertname": alert.alert, "eval_time": EVAL, "exp_alerts": []}],
+        },
+    ]
+    run_tests(tmp_path, ["recording-rules.yaml", "alerting-rules.yaml"], tests)
+    # Without engine_responses there is nothing to read the errors from: no error alert, and the files say so.
+    files = observability_files(rollout(engine=gateway), V032)
+    assert "ErrorRate" not in files["alerting-rules.yaml"] and "metrics.engine_responses" in files["recording-rules.yaml"]

@@ -27,6 +27,7 @@ from specguard.canary.ops.systemd import environment_lines, exec_line, quote_wor
 from specguard.canary.ops.unit_specs import CONTROLLER_UNIT, POOL_UNITS, SetupMissingError, UnitOptions
 from specguard.canary.ops.units import write_units
 from specguard.canary.spec.rollout import Rollout, load_rollout
+from specguard.canary.spec.vocabulary import RUNBOOK_SECTIONS, runbook_anchor
 from specguard.embedded.launch import server_spec_for
 from specguard.embedded.models import MANIFEST as MODELS_MANIFEST
 from specguard.embedded.models import ModelSet, ModelSetSpec
@@ -294,6 +295,10 @@ def test_fleet_controller_and_runbook(tmp_path: Path, fleet_vllm: Path, specguar
     assert settings(controller, "KillSignal") == ["SIGTERM"]
     assert settings(controller, "EnvironmentFile") == []  # the fleet's token is a file the controller reads
     runbook = (out / RUNBOOK).read_text()
+    # The generated alerts' runbook_url anchors (observability.alerts) land on these headings.
+    headings = {line[3:] for line in runbook.splitlines() if line.startswith("## ")}
+    assert set(RUNBOOK_SECTIONS.values()) <= headings
+    assert runbook_anchor("manual") == "manual-rollback-the-controller-is-down-or-does-not-answer"
     for command in (
         "sudo systemctl stop vllm-target-speculative.service",
         "sudo systemctl start vllm-target-baseline.service",

@@ -223,6 +223,12 @@ def observability(
     vllm_version: Annotated[str, typer.Option(help="The pools' vLLM release: metric names differ across releases.")],
     out: Annotated[Path, typer.Option(help="Directory for recording-rules.yaml, alerting-rules.yaml and dashboard.json.")],
     force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+    with_tests: Annotated[
+        bool, typer.Option(help="Also write rules-test.yaml: promtool tests that fire each alert and keep it quiet.")
+    ] = False,
+    runbook_url: Annotated[
+        str, typer.Option(help="Where RUNBOOK.md (canary units) is published; each alert's runbook_url is a section of it.")
+    ] = "RUNBOOK.md",
 ) -> None:
     """Write Prometheus recording and alerting rules and a Grafana dashboard for the rollout's pools."""
     from specguard.canary.observability import dashboard_pin_for, write_observability
@@ -232,11 +238,13 @@ def observability(
 
     input_path(rollout_file, "ROLLOUT")
     version_option(vllm_version, "--vllm-version")
+    if not runbook_url or any(c.isspace() or c == "#" for c in runbook_url):
+        raise OptionError(f"--runbook-url {runbook_url!r}: expected a URL or path without spaces or '#' (the section is added)")
     release = parse_version(vllm_version)
     rollout = load_rollout(rollout_file)
     if release > LATEST_KNOWN:
         err.print(f"warning: vLLM {vllm_version} is newer than specguard's tables: names as of {version_text(LATEST_KNOWN)}")
-    for p in write_observability(rollout, release, out, force=force):
+    for p in write_observability(rollout, release, out, force=force, runbook=runbook_url, with_tests=with_tests):
         print(p)
     pin = dashboard_pin_for(rollout, release)
     # On stderr, so that stdout stays one written path per line; 'grafana:' in the rollout records the same pin.

@@ -14,8 +14,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from specguard.canary.control.controller import CanaryController
 from specguard.canary.control.hooks import HookResult
+from specguard.canary.control.series import ControllerSeries
 from specguard.canary.evidence.base import EvidenceSource, WindowEvidence
 from specguard.canary.judge.decision import CriticalEvent
 from specguard.canary.judge.window import MetricResult, WindowAnalysis, WindowVerdict
@@ -174,6 +177,9 @@ class Loop:
         self.evidence = evidence
         self.hooks = hooks or FakeHooks()
         self.store = open_store(tmp_path)
+        # What canary run exports on the admin API's /metrics behind an engine: fed by the store's events.
+        self.registry = CollectorRegistry()
+        self.store.on_event = ControllerSeries(self.registry, weights=True).observe
         self.lines: list[str] = []
         router: TrafficRouter = self.router
         source: EvidenceSource = self.evidence
@@ -239,6 +245,14 @@ def test_two_failing_windows_roll_back_drain_and_run_the_rollback_hook(tmp_path:
     assert loop.hooks.ran == [["undo", "--now"]]
     assert [e.details["phase"] for e in loop.events("hook")] == ["rollback"]
     assert loop.controller.finished.is_set()
+    # The exported series say what the event log says (the rollback alert keys on the decisions counter).
+    sample = loop.registry.get_sample_value
+    assert sample("specguard_canary_decisions_total", {"kind": "rollback"}) == 1.0
+    assert sample("specguard_canary_decisions_total", {"kind": "hold"}) == 1.0
+    assert sample("specguard_canary_candidate_weight") == 0.0 and sample("specguard_canary_step") == 0.0
+    assert sample("specguard_canary_control_weight") == 0.0
+    for kind in ("started", "window", "decision", "hook"):
+        assert sample("specguard_canary_events_total", {"kind": kind}) == len(loop.events(kind)), kind
 
 
 def test_passing_windows_walk_the_steps_and_promote_with_the_promote_hook(tmp_path: Path) -> None:
@@ -401,3 +415,33 @@ async def test_a_deleted_state_file_stops_the_decisions_and_is_said_once_loudly(
     assert len([line for line in loop.lines if "was deleted or replaced" in line]) == 1
     loop.controller.on_stopped(0)
     assert not loop.store.path.exists(), "nothing writes to a file that is gone"
+
+
+def test_the_exported_evidence_is_each_pools_value_the_window_was_judged_on() -> None:
+    registry = CollectorRegistry()
+    series = ControllerSeries(registry, weights=False)
+    result = {"segment": "chat", "metric": "ttft_ms", "baseline_value": 41.5, "candidate_value": 52.0}
+    analysis = {"results": [{**result, "n_baseline": 180, "n_candidate": 20}]}
+    event = CanaryEvent.model_validate(
+        {"seq": 3, "time": T0, "kind": "window", "step": 0, "percent": 10.0, "details": {"analysis": analysis}}
+    )
+    series.observe(event)
+    sample = registry.get_sample_value
+    for pool, value, n in (("baseline", 41.5, 180.0), ("candidate", 52.0, 20.0)):
+        labels = {"pool": pool, "metric": "ttft_ms", "segment": "chat"}
+        assert (sample("specguard_canary_window_value", labels), sample("specguard_canary_window_samples", labels)) == (value, n)
+    assert sample("specguard_canary_events_total", {"kind": "window"}) == 1.0
+    assert sample("specguard_canary_candidate_weight") is None, "with the proxy, the proxy's series hold the weight"
+    # Behind an engine with a control pool: it gets the candidate's share until the candidate has all of it.
+    engine = CollectorRegistry()
+    weights = ControllerSeries(engine, weights=True, has_control=True)
+    shares = []
+    for percent in (25.0, 100.0):
+        weights.observe(CanaryEvent.model_validate({"seq": 4, "time": T0, "kind": "decision", "step": 1, "percent": percent}))
+        shares.append(
+            (
+                engine.get_sample_value("specguard_canary_candidate_weight"),
+                engine.get_sample_value("specguard_canary_control_weight"),
+            )
+        )
+    assert shares == [(0.25, 0.25), (1.0, 0.0)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -46,8 +47,16 @@ def test_the_optional_keys_are_kept(tmp_path: Path) -> None:
 
 def test_the_default_dashboard_is_the_generated_ones_uid() -> None:
     # One owner: the annotations' default and the dashboard's uid both come from dashboard_uid.
-    assert dashboard_uid("gpu-fleet") == "specguard-gpu-fleet"
-    assert len(dashboard_uid("x" * 100)) == 40
+    # Issue 28: uids were cut at 40 characters, so two names sharing a 30-character prefix shared a dashboard
+    # and a cut could end in '-'; a sha256 suffix keeps them apart and every uid is Grafana-valid.
+    assert re.fullmatch(r"specguard-gpu-fleet-[0-9a-f]{8}", dashboard_uid("gpu-fleet"))
+    shared = "eu-west-llama-70b-spec-ngram-k4"  # 31 characters
+    names = [shared + "-a", shared + "-b", "x" * 100, "a" * 20 + "-" + "b" * 20, "gpu fleet/eu", "ü", "-"]
+    uids = [dashboard_uid(n) for n in names]
+    assert len(set(uids)) == len(names)
+    for uid in uids:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid) and not uid.endswith("-"), uid
+    assert dashboard_uid("gpu-fleet") == dashboard_uid("gpu-fleet")
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ with its method, path and peer, never with what it sent. Tokens are compared in 
 
     GET  /status            the status document (``canary.control.status``)
     GET  /events?since=N    the event log from seq N
-    GET  /metrics           the proxy's Prometheus metrics (scrape with ``authorization: credentials_file``)
+    GET  /metrics           the controller's series (``control.series``) and, with the proxy, the proxy's (scrape
+                            with ``authorization: credentials_file``)
     POST /pause | /resume | /promote | /rollback
 """
 

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from specguard.canary.control.admin import admin_app, admin_ssl_context, read_token, remote_without_tls_warning
 from specguard.canary.control.controller import CanaryController
+from specguard.canary.control.series import ControllerSeries
 from specguard.canary.evidence.metrics_source import PoolMetricsSource, PrometheusSource, ScrapeSource, engine_response_counts
 from specguard.canary.evidence.pool_watch import PoolWatcher
 from specguard.canary.evidence.records import RecordsEvidence
@@ -129,6 +130,8 @@ async def run_canary(
             )
             return CanaryOutcome(status=status, interrupted=stop.is_set())
         registry = CollectorRegistry()
+        # The weights, step and decisions are the proxy's series; the events and the evidence are the controller's.
+        store.on_event = ControllerSeries(registry, weights=False).observe
         holder: list[CanaryController] = []
 
         def on_record(record: ProxiedRequest) -> None:
@@ -251,9 +254,12 @@ async def _run_with_engine(
         stats=stats,
         counts=counts,
     )
+    # No proxy exports anything here: the controller's own series are all the admin API's /metrics has.
+    registry = CollectorRegistry()
+    store.on_event = ControllerSeries(registry, weights=True, has_control=rollout.pools.control is not None).observe
     controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
     admin_runner = await _site(
-        admin_app(controller, token, CollectorRegistry(), log),
+        admin_app(controller, token, registry, log),
         rollout.admin.listen,
         "admin API",
         5.0,

@@ -94,7 +94,7 @@ def scrape_config_lines(rollout: Rollout) -> list[str]:
                 f"    static_configs: [{{targets: [{hosts}], labels: {{{POOL_LABEL}: {pool}}}}}]",
             ]
     lines += [
-        f"  - job_name: {PROXY_JOB}   # the proxy's metrics on the admin listener, behind its bearer token",
+        f"  - job_name: {PROXY_JOB}   # the controller's (and proxy's) series on the admin listener, bearer token",
         f'    static_configs: [{{targets: ["{rollout.admin.listen}"]}}]',
         "    authorization: {credentials_file: /etc/prometheus/specguard-canary.token}",
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,6 @@ from specguard.canary.observability.recording import (
     MEAN_ACCEPTANCE_LENGTH,
     OUTPUT_TOKENS_RATE,
     PROXY_ERROR_RATIO,
-    PROXY_REQUEST_RATE,
     REQUESTS_WAITING,
     RecordingPlan,
     latency_record,
@@ -48,14 +48,14 @@ __all__ = [
 ]
 
 GRAFANA_SCHEMA_VERSION = 39
-DASHBOARD_VERSION = 1
-_POOLS = f'{POOL_LABEL}=~"baseline|candidate"'
+DASHBOARD_VERSION = 2  # 2: the control pool in the panels (issue 28), uids with a hash suffix
 _DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 
 def _panels(plan: RecordingPlan) -> list[tuple[str, str, list[tuple[str, str]]]]:
     """(title, unit, [(expr, legend)]) of each panel, in order."""
     legend = "{{" + POOL_LABEL + "}}"
+    pools = f'{POOL_LABEL}=~"{"|".join(plan.pools)}"'
     out: list[tuple[str, str, list[tuple[str, str]]]] = [
         (
             "Canary weight (% of new requests)",
@@ -66,12 +66,12 @@ def _panels(plan: RecordingPlan) -> list[tuple[str, str, list[tuple[str, str]]]]
     for metric, title in (("itl_ms", "ITL (per engine step)"), ("ttft_ms", "TTFT"), ("e2e_ms", "E2E latency")):
         if latency_series(metric, plan.release) is None:
             continue
-        queries = [(f"{latency_record(metric, p)}{{{_POOLS}}}", f"{legend} {p}") for p in ("p50", "p99")]
+        queries = [(f"{latency_record(metric, p)}{{{pools}}}", f"{legend} {p}") for p in ("p50", "p99")]
         out.append((f"{title} P50 / P99", "s", queries))
     out += [
-        ("Output tokens/s", "short", [(f"{OUTPUT_TOKENS_RATE}{{{_POOLS}}}", legend)]),
-        ("Requests waiting (per server)", "short", [(f"{REQUESTS_WAITING}{{{_POOLS}}}", legend)]),
-        ("KV-cache usage", "percentunit", [(f"{KV_CACHE_USAGE}{{{_POOLS}}}", legend)]),
+        ("Output tokens/s", "short", [(f"{OUTPUT_TOKENS_RATE}{{{pools}}}", legend)]),
+        ("Requests waiting (per server)", "short", [(f"{REQUESTS_WAITING}{{{pools}}}", legend)]),
+        ("KV-cache usage", "percentunit", [(f"{KV_CACHE_USAGE}{{{pools}}}", legend)]),
         (
             "Acceptance (candidate)",
             "percentunit",
@@ -85,13 +85,13 @@ def _panels(plan: RecordingPlan) -> list[tuple[str, str, list[tuple[str, str]]]]
             "short",
             [(f'{MEAN_ACCEPTANCE_LENGTH}{{{POOL_LABEL}="candidate"}}', "tokens per draft step")],
         ),
-        (
-            "Errors at the proxy",
-            "percentunit",
-            [(f"{PROXY_ERROR_RATIO}{{{_POOLS}}}", legend + " {{segment}}")],
-        ),
-        ("Requests/s at the proxy", "reqps", [(f"{PROXY_REQUEST_RATE}{{{_POOLS}}}", legend + " {{segment}}")]),
     ]
+    where = "at the proxy" if plan.error_ratio == PROXY_ERROR_RATIO else "at the engine"
+    by = legend + (" {{segment}}" if plan.segment_label else "")
+    if plan.error_ratio is not None:
+        out.append((f"Errors {where}", "percentunit", [(f"{plan.error_ratio}{{{pools}}}", by)]))
+    if plan.request_rate is not None:
+        out.append((f"Requests/s {where}", "reqps", [(f"{plan.request_rate}{{{pools}}}", by)]))
     return out
 
 
@@ -100,9 +100,21 @@ def dashboard_queries(plan: RecordingPlan) -> list[str]:
     return [expr for _, _, queries in _panels(plan) for expr, _ in queries]
 
 
+# Grafana's uid: at most 40 of [A-Za-z0-9_-]. The hash suffix keeps two rollouts whose names share a prefix
+# (or differ only in characters a uid cannot hold) on two dashboards; 8 hex digits: 2^32 names.
+_UID_MAX = 40
+_UID_HASH = 8
+_UID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
 def dashboard_uid(rollout_name: str) -> str:
-    """The uid of the rollout's dashboard (Grafana allows at most 40 characters); annotations default to it."""
-    return f"specguard-{rollout_name}"[:40]
+    """The uid of the rollout's dashboard, unique per rollout name and valid in Grafana (at most 40 of
+    ``[A-Za-z0-9_-]``): ``specguard-`` + the name (unsafe characters as ``-``, cut to fit) + ``-`` + 8 hex digits
+    of its sha256. Annotations default to it."""
+    suffix = hashlib.sha256(rollout_name.encode()).hexdigest()[:_UID_HASH]
+    room = _UID_MAX - len("specguard-") - 1 - _UID_HASH
+    readable = _UID_UNSAFE.sub("-", rollout_name)[:room].strip("-_")
+    return f"specguard-{readable}-{suffix}" if readable else f"specguard-{suffix}"
 
 
 @dataclass(frozen=True)

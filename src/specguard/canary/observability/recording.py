@@ -11,10 +11,12 @@ does not expose is left out and the file says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specguard.canary.observability.conventions import POOL_LABEL, Windows, server_group_labels, windows
 from specguard.canary.observability.rulefile import RecordingRule, RuleFile, RuleGroup
+from specguard.canary.spec.engine import HAProxyEngine, ProxyEngine
+from specguard.canary.spec.metrics import PrometheusMetrics
 from specguard.canary.spec.rollout import LATENCY_METRICS, Rollout
 from specguard.server_metrics import names
 from specguard.vllm.knowledge import Version, version_text
@@ -22,6 +24,8 @@ from specguard.vllm.knowledge import Version, version_text
 __all__ = [
     "ACCEPTANCE_PER_POSITION",
     "ACCEPTANCE_RATE",
+    "ENGINE_ERROR_RATIO",
+    "ENGINE_REQUEST_RATE",
     "KV_CACHE_USAGE",
     "MEAN_ACCEPTANCE_LENGTH",
     "OUTPUT_TOKENS_RATE",
@@ -43,6 +47,9 @@ REQUESTS_WAITING = f"{POOL_LABEL}:vllm_num_requests_waiting:avg"
 KV_CACHE_USAGE = f"{POOL_LABEL}:vllm_kv_cache_usage:avg"
 PROXY_ERROR_RATIO = f"{POOL_LABEL}:canary_proxy_errors:ratio"
 PROXY_REQUEST_RATE = f"{POOL_LABEL}:canary_proxy_requests:rate"
+ENGINE_ERROR_RATIO = f"{POOL_LABEL}:canary_engine_errors:ratio"
+ENGINE_REQUEST_RATE = f"{POOL_LABEL}:canary_engine_requests:rate"
+HAPROXY_RESPONSES = "haproxy_server_http_responses_total"
 # A rollout's latency metric -> the histogram of ``names.HISTOGRAMS`` that measures it server-side.
 _HISTOGRAM_OF = {"itl_ms": "itl", "ttft_ms": "ttft", "e2e_ms": "e2e", "tpot_ms": "tpot"}
 _PROXY_SEGMENT = (POOL_LABEL, "segment")
@@ -65,6 +72,13 @@ class RecordingPlan:
     windows: Windows
     percentiles: tuple[str, ...]
     omitted: tuple[str, ...]
+    # The pools panels show: baseline and candidate, and the control pool where the rollout has one.
+    pools: tuple[str, ...] = ("baseline", "candidate")
+    # Where the error ratio and request rate come from: the proxy's counters, or the engine's (HAProxy's response
+    # counters, a Gateway's ``metrics.engine_responses``); None behind a Gateway that names no counters.
+    error_ratio: str | None = PROXY_ERROR_RATIO
+    request_rate: str | None = PROXY_REQUEST_RATE
+    segment_label: bool = True  # the proxy's series carry ``segment``; an engine's do not
 
 
 def plan_recording(rollout: Rollout, release: Version) -> RecordingPlan:
@@ -77,7 +91,44 @@ def plan_recording(rollout: Rollout, release: Version) -> RecordingPlan:
     ]
     if names.name_for((names.COUNTERS["spec_drafts"][0],), release) is None:
         omitted.append("mean acceptance length and per-position acceptance (no num_drafts before 0.8.5)")
-    return RecordingPlan(release, server_group_labels(rollout), windows(rollout), percentiles, tuple(omitted))
+    pools = ("baseline", "candidate", "control") if rollout.pools.control is not None else ("baseline", "candidate")
+    plan = RecordingPlan(release, server_group_labels(rollout), windows(rollout), percentiles, tuple(omitted), pools)
+    if isinstance(rollout.engine, ProxyEngine):
+        return plan
+    if _engine_counts(rollout, plan) is None:
+        omitted.append("the error ratio and request rate (a Gateway without metrics.engine_responses exports no counters here)")
+        return replace(plan, omitted=tuple(omitted), error_ratio=None, request_rate=None, segment_label=False)
+    return replace(plan, error_ratio=ENGINE_ERROR_RATIO, request_rate=ENGINE_REQUEST_RATE, segment_label=False)
+
+
+def _engine_counts(rollout: Rollout, plan: RecordingPlan) -> tuple[str, str, str] | None:
+    """(errors per second, responses per second, where from) per ``specguard_pool``, from the engine's counters."""
+    w, engine = plan.windows.rate, rollout.engine
+    if isinstance(engine, HAProxyEngine):
+        pools = (
+            ("baseline", engine.baseline_servers),
+            ("candidate", engine.candidate_servers),
+            ("control", engine.control_servers),
+        )
+
+        def per_pool(code: str) -> str:
+            parts = []
+            for pool, servers in pools:
+                if not servers:
+                    continue
+                # Server names may hold '.', a regex wildcard: escaped (a PromQL string writes the backslash twice).
+                names_re = "|".join(server.replace(".", "\\\\.") for server in servers)
+                sel = f'proxy="{engine.backend}", server=~"{names_re}"{code}'
+                parts.append(f'label_replace(sum(rate({HAPROXY_RESPONSES}{{{sel}}}[{w}])), "{POOL_LABEL}", "{pool}", "", "")')
+            return " or ".join(parts)
+
+        return per_pool(', code="5xx"'), per_pool(""), f"HAProxy's {HAPROXY_RESPONSES} (code class 5xx) per server of each pool"
+    metrics = rollout.metrics
+    if isinstance(metrics, PrometheusMetrics) and metrics.engine_responses is not None:
+        # The operator's expressions are cumulative counts per specguard_pool: a subquery makes them a range to rate.
+        errors, total = metrics.engine_responses.errors, metrics.engine_responses.total
+        return f"rate(({errors})[{w}:])", f"rate(({total})[{w}:])", "the rollout's metrics.engine_responses expressions"
+    return None
 
 
 def _by(labels: tuple[str, ...]) -> str:
@@ -235,12 +286,33 @@ def _proxy_series(plan: RecordingPlan) -> list[RecordingRule]:
     ]
 
 
+def _engine_series(rollout: Rollout, plan: RecordingPlan) -> list[RecordingRule]:
+    counts = _engine_counts(rollout, plan)
+    if counts is None:
+        return []
+    errors, total, where = counts
+    return [
+        RecordingRule(
+            record=ENGINE_REQUEST_RATE, expr=total, comment=[f"Responses per second of each pool at the engine: {where}."]
+        ),
+        RecordingRule(
+            record=ENGINE_ERROR_RATIO,
+            expr=f"({errors}) / ({total})",
+            comment=[
+                "Error ratio at the engine: 5xx responses / responses per pool (no proxy runs behind HAProxy or a",
+                f"Gateway, so its counters do not exist): {where}. Any vLLM release.",
+            ],
+        ),
+    ]
+
+
 def recording_rules(rollout: Rollout, release: Version) -> tuple[RuleFile, RecordingPlan]:
     """The recording-rule file for ``rollout`` on vLLM ``release``, and the plan it was made from."""
     plan = plan_recording(rollout, release)
+    traffic = _proxy_series(plan) if isinstance(rollout.engine, ProxyEngine) else _engine_series(rollout, plan)
     group = RuleGroup(
         name=f"specguard-canary-{rollout.name}-recording",
         interval=None,
-        rules=[*_acceptance(plan), *_pool_series(plan), *_proxy_series(plan)],
+        rules=[*_acceptance(plan), *_pool_series(plan), *traffic],
     )
     return RuleFile(groups=[group]), plan

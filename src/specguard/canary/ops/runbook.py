@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from specguard.canary.ops.unit_specs import POOL_UNITS, UnitSet
+from specguard.canary.spec.vocabulary import RUNBOOK_SECTIONS
 
 __all__ = ["RUNBOOK", "render_runbook"]
 
@@ -63,7 +64,7 @@ def render_runbook(units: UnitSet, out_dir: Path) -> str:
         "`systemctl start` of a pool returns once its `/health` answers (the model is loaded); a pool whose host has "
         "another vLLM version than the unit pins does not start (see `journalctl`).",
         "",
-        "## Check the status",
+        f"## {RUNBOOK_SECTIONS['status']}",
         "",
     ]
     lines += _code(
@@ -72,7 +73,7 @@ def render_runbook(units: UnitSet, out_dir: Path) -> str:
         *(["systemctl", "status", p.unit, "--no-pager"] for p in units.pools),
         ["journalctl", "-u", units.controller.unit, "--since", "-1h", "--no-pager"],
     )
-    lines += ["## Pause or roll back through the controller", ""]
+    lines += [f"## {RUNBOOK_SECTIONS['rollback']}", ""]
     lines += [
         "Pausing holds the candidate's share where it is; rolling back sends no new request to the candidate, lets "
         "streams finish, and runs the rollout's rollback hooks:",
@@ -89,7 +90,7 @@ def render_runbook(units: UnitSet, out_dir: Path) -> str:
     else:
         lines += ["The rollout has no rollback hooks: a rollback moves traffic only and the speculative unit keeps running.", ""]
     lines += [
-        "## Manual rollback (the controller is down or does not answer)",
+        f"## {RUNBOOK_SECTIONS['manual']}",
         "",
         "Return to target-model-only serving, as the checklist does: stop the speculative pool, start the baseline, "
         "check it. A controller that still runs sees the candidate's servers fail and sends everything to the baseline "
@@ -102,7 +103,7 @@ def render_runbook(units: UnitSet, out_dir: Path) -> str:
         ["sudo", "systemctl", "status", base_unit, "--no-pager"],
     )
     lines += [
-        "## Verify",
+        f"## {RUNBOOK_SECTIONS['verify']}",
         "",
         "Each server lists its model and serves metrics; the baseline has no `spec_decode` metrics, the candidate does:",
         "",
@@ -115,7 +116,7 @@ def render_runbook(units: UnitSet, out_dir: Path) -> str:
                 "'^vllm:(num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc|spec_decode_num_accepted_tokens_total)'",
             )
     lines += [
-        "## The event log",
+        f"## {RUNBOOK_SECTIONS['events']}",
         "",
         f"Every window, decision, critical condition, manual action and hook run is in the `events` table of `{state}` "
         "and in the JSONL event log beside it; the controller's output is in the journal "

@@ -28,7 +28,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +219,8 @@ class CanaryStore:
         self._lock_fd = lock_fd
         self._mutex = threading.RLock()
         self._mirror: EventMirror | None = None
+        # Told of every event once it is durable: the admin API's controller series (control.series) count them.
+        self.on_event: Callable[[CanaryEvent], None] | None = None
         if not read_only:
             try:
                 self._mirror = EventMirror(self.events_path)
@@ -379,6 +381,8 @@ class CanaryStore:
             with self._writing() as conn:
                 event, line = self._put_event(conn, kind, time, step, percent, decision, reasons, details)
             self._mirror_event(event, line)
+        if self.on_event is not None:
+            self.on_event(event)
         return event
 
     def commit_decision(
@@ -399,6 +403,8 @@ class CanaryStore:
                 self._put_state(conn, state)
                 event, line = self._put_event(conn, kind, time, step, percent, decision, reasons, details)
             self._mirror_event(event, line)
+        if self.on_event is not None:
+            self.on_event(event)
         return event
 
     @staticmethod
