@@ -29,4 +29,4 @@ test: setup-test
 # The unit tier alone (README: Tests): tests/unit and the in-process CLI tests of tests/cli, which start no
 # process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.
 test-fast: setup
-	.venv/bin/python -m pytest tests/unit tests/cli -m "not slow" --durations=10
+	.venv/bin/python -m pytest tests/unit tests/cli -m "not slow" -n 2 --durations=10
