@@ -192,6 +192,21 @@ def test_bad_prompt_line(cli: Cli, tmp_path: Path, text: str, fragment: str) -> 
     cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, f"{path}{fragment}")
 
 
+@pytest.mark.parametrize(
+    ("text", "fmt"),
+    [
+        ('[{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]', "sharegpt"),
+        ('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n', "spec-bench"),
+    ],
+)
+def test_a_dataset_given_without_its_format_names_the_flag_that_reads_it(cli: Cli, tmp_path: Path, text: str, fmt: str) -> None:
+    """Issue 29: a ShareGPT file without --prompt-format failed with "expected a JSON object, got list"."""
+    path = tmp_path / "data.json"
+    path.write_text(text)
+    cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, f"looks like a {fmt} file")
+    cli.fails([*base(tmp_path / "run"), "--prompts", path], USAGE, f"--prompt-format {fmt}")
+
+
 def test_tokenizer_not_found(cli: Cli, tmp_path: Path) -> None:
     cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "nope"], USAGE, "--tokenizer")
     cli.fails([*base(tmp_path / "run"), "--tokenizer", tmp_path / "nope"], USAGE, "not found")

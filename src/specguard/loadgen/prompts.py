@@ -9,6 +9,7 @@ are read by ``loadgen/datasets/`` into the same ``PromptSet``.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -35,11 +36,43 @@ __all__ = [
 SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
 
+def _other_format(text: str) -> str | None:
+    """The format a file that is not specguard's prompts.jsonl looks like, from its first record (of a JSON array or
+    of JSON lines): ``conversations`` is ShareGPT's, ``turns`` Spec-Bench's; None when it looks like neither."""
+    head = text.lstrip()
+    try:
+        if head.startswith("["):
+            first = json.loads(head)[0] if head else None
+        else:
+            first = json.loads(next(line for line in head.splitlines() if line.strip()))
+    except (ValueError, IndexError, KeyError, TypeError, StopIteration):
+        return None
+    if isinstance(first, dict) and "conversations" in first:
+        return "sharegpt"
+    if isinstance(first, dict) and "turns" in first:
+        return "spec-bench"
+    return None
+
+
 def load_prompt_file(path: Path) -> PromptSet:
     try:
         text = read_input_text(path, "prompt file")
     except InputFileError as exc:
         raise PromptFileError(str(exc)) from exc
+    try:
+        return _specguard_prompts(path, text)
+    except PromptFileError as exc:
+        other = _other_format(text)
+        if other is None:
+            raise
+        # A ShareGPT file given without its format failed with "expected a JSON object, got list" (issue 29).
+        raise PromptFileError(
+            f"{path}: this looks like a {other} file, not specguard's prompts.jsonl (one JSON object per line with "
+            f"'prompt' or 'messages'); read it with --prompt-format {other} (in a check plan: prompts.format: {other})"
+        ) from exc
+
+
+def _specguard_prompts(path: Path, text: str) -> PromptSet:
     items: list[PromptItem] = []
     lines: list[int] = []
     for record in json_lines(path, text):
