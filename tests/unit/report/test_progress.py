@@ -29,6 +29,18 @@ def test_the_check_display_draws_blocks_runs_and_requests_on_a_terminal() -> Non
     assert "1/4" in text and "3/16" in text and "1 failed" in text
 
 
+def test_a_count_without_a_total_is_drawn_without_none() -> None:
+    """Timed levels send an unknown number of requests: "41", not "41/None" (issue 29)."""
+    buf = io.StringIO()
+    p = RichCheckProgress(Console(file=buf, force_terminal=True, width=160))
+    p.matrix_started(1, 2, None)
+    for _ in range(41):
+        p.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    p.close()
+    text = buf.getvalue()
+    assert "None" not in text and "41" in text and "0/2" in text
+
+
 def test_progress_is_off_when_quiet_or_not_a_terminal() -> None:
     assert show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=False)
     assert not show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=True)

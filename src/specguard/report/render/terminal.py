@@ -10,8 +10,18 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from specguard.analysis.compare import Comparison
 from specguard.analysis.definitions import RATIO_FOOTNOTE, SUMMARY_FOOTNOTE
@@ -160,6 +170,19 @@ def show_progress(console: Console, quiet: bool) -> bool:
     return not quiet and console.is_terminal
 
 
+class CountColumn(ProgressColumn):
+    """``done/total``, or ``done`` alone when the total is not known (a timed level): rich's own text column printed
+    "41/None" (issue 29)."""
+
+    def __init__(self, suffix: str = "") -> None:
+        super().__init__()
+        self.suffix = suffix
+
+    def render(self, task: Task) -> Text:
+        done = f"{int(task.completed)}" if task.total is None else f"{int(task.completed)}/{int(task.total)}"
+        return Text(done + self.suffix.format(task=task))
+
+
 class RichProgress(ProgressSink):
     """Requests done/failed, achieved rate, output tokens/s and ETA."""
 
@@ -167,7 +190,7 @@ class RichProgress(ProgressSink):
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total} done, {task.fields[failed]} failed"),
+            CountColumn(" done, {task.fields[failed]} failed"),
             TextColumn("{task.fields[rate]:.2f} req/s, {task.fields[tps]:.0f} tok/s"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
@@ -204,7 +227,7 @@ class RichCheckProgress(MatrixProgress):
         self.progress = Progress(
             TextColumn("[bold]{task.description:<9}"),
             BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
+            CountColumn(),
             TextColumn("{task.fields[now]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
