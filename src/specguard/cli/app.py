@@ -39,8 +39,8 @@ register_check_commands(app)
 
 @app.callback(invoke_without_command=True)
 def _root(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also SPECGUARD_DEBUG=1).")] = False,
+    version: Annotated[bool, typer.Option("--version", metavar="", help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", metavar="", help="Show tracebacks (also SPECGUARD_DEBUG=1).")] = False,
 ) -> None:
     if version:
         print(__version__)

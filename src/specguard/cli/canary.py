@@ -42,7 +42,8 @@ def _log(message: str) -> None:
 def run(
     rollout_file: RolloutArg,
     exit_when_finished: Annotated[
-        bool, typer.Option(help="Exit once promoted (0) or rolled back (1) instead of serving on.")
+        bool,
+        typer.Option("--exit-when-finished", metavar="", help="Exit once promoted (0) or rolled back (1) instead of serving on."),
     ] = False,
     drain_s: Annotated[float, typer.Option(min=0, help="On stop or rollback: seconds streams in flight get to finish.")] = 30.0,
     log_dir: Annotated[Path | None, typer.Option(help="Launched pools' server logs (default: beside the state file).")] = None,
@@ -70,7 +71,7 @@ def run(
 @canary_app.command("status", epilog=EXIT_CODES_EPILOG)
 def status(
     state: StateOpt,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the status document as JSON.")] = False,
 ) -> None:
     """The rollout's weight, step, state and decisions, from the state file (no running controller needed)."""
     from specguard.canary.control.status import read_status
@@ -92,7 +93,9 @@ def status(
 def events(
     state: StateOpt,
     since: Annotated[int, typer.Option(min=0, help="From this event seq on.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line (the JSONL log's lines).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", metavar="", help="One JSON object per line (the JSONL log's lines).")
+    ] = False,
 ) -> None:
     """The append-only event log: windows, decisions, critical conditions, manual actions, hooks."""
     from specguard.canary.state.store import CanaryStore
@@ -168,13 +171,15 @@ def register(app: typer.Typer) -> None:
 def units(
     rollout_file: RolloutArg,
     out: Annotated[Path, typer.Option(help="Directory for the .service files and RUNBOOK.md.")],
-    force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Overwrite files that exist.")] = False,
     vllm_bin: Annotated[Path | None, typer.Option(help="The vllm executable of non-embedded pools (default: on PATH).")] = None,
     vllm_version: Annotated[str | None, typer.Option(help="The vLLM version to pin (default: what vllm --version says).")] = None,
     specguard_bin: Annotated[Path | None, typer.Option(help="The specguard executable the controller unit runs.")] = None,
     working_dir: Annotated[Path | None, typer.Option(help="The controller's working directory (default: here).")] = None,
     drain_timeout_s: Annotated[float, typer.Option(min=1, help="The controller's stop timeout (streams drain).")] = 300.0,
-    exclusive: Annotated[bool, typer.Option(help="Conflicts= between baseline and speculative (one GPU, no canary).")] = False,
+    exclusive: Annotated[
+        bool, typer.Option("--exclusive", metavar="", help="Conflicts= between baseline and speculative (one GPU, no canary).")
+    ] = False,
 ) -> None:
     """Write systemd units for the pools (from their launch specs) and the controller, and the rollback runbook."""
     from specguard.canary.ops.unit_specs import UnitOptions
@@ -207,7 +212,7 @@ def units(
 def report(
     state: Annotated[Path, typer.Argument(help="The canary's SQLite state file.")],
     out: Annotated[Path | None, typer.Option(help="Directory for report.html and report.md (default: beside STATE).")] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite a report that exists.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Overwrite a report that exists.")] = False,
 ) -> None:
     """Write the rollout's HTML and Markdown report: weight over time, per-window ratios, decisions, hooks, pools."""
     from specguard.report.build.canary import read_canary_report_data, write_canary_report
@@ -222,9 +227,12 @@ def observability(
     rollout_file: RolloutArg,
     vllm_version: Annotated[str, typer.Option(help="The pools' vLLM release: metric names differ across releases.")],
     out: Annotated[Path, typer.Option(help="Directory for recording-rules.yaml, alerting-rules.yaml and dashboard.json.")],
-    force: Annotated[bool, typer.Option(help="Overwrite files that exist.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Overwrite files that exist.")] = False,
     with_tests: Annotated[
-        bool, typer.Option(help="Also write rules-test.yaml: promtool tests that fire each alert and keep it quiet.")
+        bool,
+        typer.Option(
+            "--with-tests", metavar="", help="Also write rules-test.yaml: promtool tests that fire each alert and keep it quiet."
+        ),
     ] = False,
     runbook_url: Annotated[
         str, typer.Option(help="Where RUNBOOK.md (canary units) is published; each alert's runbook_url is a section of it.")
@@ -255,7 +263,7 @@ def observability(
 def haproxy_config(
     rollout_file: RolloutArg,
     out: Annotated[Path, typer.Option(help="The haproxy.cfg file to write.")],
-    force: Annotated[bool, typer.Option(help="Overwrite the file if it exists.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Overwrite the file if it exists.")] = False,
     bind: Annotated[str, typer.Option(help="The frontend's address, host:port (the clients' endpoint).")] = "127.0.0.1:8080",
     timeout_server_s: Annotated[
         float, typer.Option(help="HAProxy's client and server timeouts: longer than the longest request.")

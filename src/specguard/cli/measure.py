@@ -55,7 +55,10 @@ def bench(
     tokenizer: Annotated[Path | None, typer.Option(help="Local tokenizer dir, used only if the server sends no usage.")] = None,
     request_timeout: Annotated[float | None, typer.Option(help="Per-request timeout (s).")] = None,
     busy_poll: Annotated[
-        bool, typer.Option(help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core.")
+        bool,
+        typer.Option(
+            "--busy-poll", metavar="", help="Poll instead of sleeping between arrivals: sharper timestamps on VMs, costs a core."
+        ),
     ] = False,
     slo: Annotated[
         str | None,
@@ -81,7 +84,7 @@ def bench(
         str | None, typer.Option(help="synthetic:lengths: max_tokens N or mean=N,std=N,min=N,max=N, sent with ignore_eos.")
     ] = None,
     prompt_count: Annotated[int | None, typer.Option(help="Items of a synthetic set (default 64).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress display.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", metavar="", help="No progress display.")] = False,
     base_url: Annotated[
         str | None, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL).")
     ] = None,
@@ -92,7 +95,11 @@ def bench(
     extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None,
     keep_output: Annotated[
         bool,
-        typer.Option(help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive."),
+        typer.Option(
+            "--keep-output",
+            metavar="",
+            help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive.",
+        ),
     ] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
@@ -162,8 +169,8 @@ def bench(
 
 def summary(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by 'specguard bench'.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print summary.json.")] = False,
-    csv_out: Annotated[bool, typer.Option("--csv", help="Print the summary as CSV (one row per metric).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", metavar="", help="Print summary.json.")] = False,
+    csv_out: Annotated[bool, typer.Option("--csv", metavar="", help="Print the summary as CSV (one row per metric).")] = False,
 ) -> None:
     """Print a run's summary table (or its JSON). A killed run without summary.json is recomputed and marked incomplete."""
     from specguard.loadgen.run_summary import load_or_recompute_summary
@@ -186,7 +193,7 @@ def compare(
         typer.Argument(help="Baseline: a run directory, a vllm bench --save-detailed JSON or a GuideLLM benchmarks.json[#N]."),
     ],
     candidate: Annotated[str, typer.Argument(help="Candidate run, in any of the same formats.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", metavar="", help="Print the comparison as JSON.")] = False,
     seed: Annotated[int, typer.Option(min=0, help="Seeds the bootstrap (>= 0).")] = 0,
 ) -> None:
     """Compare two runs: candidate/baseline percentiles with 95 % intervals. Exit 2 if not comparable.

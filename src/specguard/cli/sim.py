@@ -209,8 +209,8 @@ def run(
         ),
     ] = None,
     html: Annotated[Path | None, typer.Option(help="Also write the HTML report to this file.")] = None,
-    force: Annotated[bool, typer.Option(help="With --html: replace a file that exists.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of the table.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="With --html: replace a file that exists.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the report as JSON instead of the table.")] = False,
 ) -> None:
     """Simulate the baseline and one speculative setting at each --rate: latencies, throughput, the crossover rate,
     the best k per batch-size band. Every figure is a prediction of specguard's engine model, not a measurement."""
@@ -317,8 +317,8 @@ def run(
 def calibrate(
     run_dirs: Annotated[list[Path], typer.Argument(help="'specguard bench' run directories: baseline and candidate runs.")],
     out: Annotated[Path, typer.Option("--out", help="Where to write the profile (a JSON file).")],
-    force: Annotated[bool, typer.Option(help="Replace a profile file that exists.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration report as JSON.")] = False,
+    force: Annotated[bool, typer.Option("--force", metavar="", help="Replace a profile file that exists.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the calibration report as JSON.")] = False,
 ) -> None:
     """Fit the step time (fixed + per KV token + per batched token) to your own runs and save it as a profile.
 
