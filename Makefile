@@ -20,11 +20,10 @@ lint: setup
 	.venv/bin/mypy src
 
 # The whole test suite, real vLLM servers included. pytest's exit code 5 (no tests) fails like any other.
-# The unit tier first, on two workers (pytest-xdist): it is CPU-bound and starts nothing, so two cores halve it;
-# then the system tier in one session, so that each real server starts once and timing tests run alone.
+# scripts/test.sh: the system tier without vLLM alone (its timing checks), then the vLLM tests with the unit tier
+# beside them at nice 19 on two pytest-xdist workers (it fills the cores the vLLM servers leave idle).
 test: setup-test
-	.venv/bin/python -m pytest tests/unit tests/cli -n 2 --durations=10
-	.venv/bin/python -m pytest tests/system --durations=25
+	scripts/test.sh
 
 # The unit tier alone (README: Tests): tests/unit and the in-process CLI tests of tests/cli, which start no
 # process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.
