@@ -45,7 +45,6 @@ from specguard.canary.judge.histogram_tests import (
     step_points,
 )
 from specguard.canary.judge.policy import gauge_results
-from specguard.canary.judge.rank_power import rank_test_power, scale_for_power
 from specguard.canary.judge.window import (
     AnalysisPolicy,
     Comparison,
@@ -54,10 +53,14 @@ from specguard.canary.judge.window import (
     WindowAnalysis,
     WindowVerdict,
     beyond_budget,
+    budget_factor,
     error_control_text,
     error_rate_result,
+    gate_on_power,
     look_alpha,
     past_plan_warning,
+    power_at,
+    underpowered_note,
     window_verdict,
     with_extra_results,
     worse_sign,
@@ -188,8 +191,7 @@ def histogram_metric_result(
         test, p, p_text = _WINDOW_ONLY, p_window, f"p window {_fmt(p_window)} ({points}: too few to reject)"
     verdict: WindowVerdict = "FAIL" if p is not None and p < threshold and beyond_budget(rule, ratio.ratio) else "PASS"
     power, scale = _window_test_power(rule, wb, nb, nc, threshold, policy)
-    if verdict == "PASS" and power is not None and power < policy.min_power:
-        verdict = "INCONCLUSIVE"
+    verdict = gate_on_power(verdict, power, policy)
     notes = [
         f"{pool} p{rule.percentile * 100:g} beyond the last finite bucket"
         for pool, w in ((reference, wb), ("candidate", wc))
@@ -201,8 +203,7 @@ def histogram_metric_result(
         f"{'' if power is None else f', power {power:.0%} to see the budget'}: {verdict}"
     )
     if verdict == "INCONCLUSIVE":
-        more = "" if scale is None else f"; about {scale:.1f}x this window's observations would reach it"
-        text += f" (not significantly worse, but a pass needs power {policy.min_power:.0%}{more})"
+        text += underpowered_note(scale, policy, "observations")
     return MetricResult.model_validate(
         common
         | {
@@ -226,12 +227,7 @@ def _window_test_power(
     buckets shifted by 1 + budget. With the per-step test too (intersection-union), this is an upper bound."""
     if rule.budget <= 0 or policy.min_power <= 0:
         return None, None
-    sign = worse_sign(rule)
-    p_worse = binned_shift_superiority(base, 1 + rule.budget if sign > 0 else 1 - rule.budget, sign)
-    if p_worse is None:
-        return None, None
-    power = rank_test_power(p_worse, nb, nc, threshold)
-    return power, (scale_for_power(p_worse, nb, nc, threshold, policy.min_power) if power < policy.min_power else None)
+    return power_at(binned_shift_superiority(base, budget_factor(rule), worse_sign(rule)), nb, nc, threshold, policy)
 
 
 def _fmt(p: float | None) -> str:

@@ -436,8 +436,7 @@ def _latency_result(
     significant = p is not None and p < threshold
     beyond = beyond_budget(rule, ratio.ratio)
     verdict: WindowVerdict = "FAIL" if significant and beyond else "PASS"
-    if verdict == "PASS" and power is not None and power < policy.min_power:
-        verdict = "INCONCLUSIVE"
+    verdict = gate_on_power(verdict, power, policy)
     p_text = "n/a" if p is None else f"{p:.3g}"
     tail = observations_needed(rule.percentile, policy.min_tail)
     at = "" if q == rule.percentile else f" judged at p{q * 100:g} (p{rule.percentile * 100:g} needs {tail} observations)"
@@ -447,8 +446,7 @@ def _latency_result(
         f"budget {rule.budget:.0%}, one-sided p {p_text} vs {threshold:.3g}{power_text}: {verdict}"
     )
     if verdict == "INCONCLUSIVE":
-        more = "" if scale is None else f"; about {scale:.1f}x this window's requests would reach it"
-        text += f" (not significantly worse, but a pass needs power {policy.min_power:.0%}{more})"
+        text += underpowered_note(scale, policy, "requests")
     return MetricResult.model_validate(
         common
         | {
@@ -492,14 +490,34 @@ def _power(
     None for a budget of 0 (no effect size to have power against) or a rule with ``min_power`` 0."""
     if rule.budget <= 0 or policy.min_power <= 0:
         return None, None
-    sign = worse_sign(rule)
-    factor = 1 + rule.budget if sign > 0 else 1 - rule.budget
-    p_worse = shifted_superiority(_means(base), factor, sign)
+    return power_at(shifted_superiority(_means(base), budget_factor(rule), worse_sign(rule)), n_b, n_c, threshold, policy)
+
+
+def budget_factor(rule: MetricRule) -> float:
+    """The candidate's values as the baseline's times this: a regression of exactly the budget."""
+    return 1 + rule.budget if worse_sign(rule) > 0 else 1 - rule.budget
+
+
+def power_at(
+    p_worse: float | None, n_b: int, n_c: int, threshold: float, policy: AnalysisPolicy
+) -> tuple[float | None, float | None]:
+    """Noether's power for this p' (both judges' tests), and below ``min_power`` the window scale that reaches it."""
     if p_worse is None:
         return None, None
     power = rank_test_power(p_worse, n_b, n_c, threshold)
     scale = scale_for_power(p_worse, n_b, n_c, threshold, policy.min_power) if power < policy.min_power else None
     return power, scale
+
+
+def gate_on_power(verdict: WindowVerdict, power: float | None, policy: AnalysisPolicy) -> WindowVerdict:
+    """A PASS without ``min_power`` to see the budget is INCONCLUSIVE (both judges)."""
+    return "INCONCLUSIVE" if verdict == "PASS" and power is not None and power < policy.min_power else verdict
+
+
+def underpowered_note(scale: float | None, policy: AnalysisPolicy, what: str) -> str:
+    """What an underpowered result adds to its text; ``what`` counts the window (requests, observations)."""
+    more = "" if scale is None else f"; about {scale:.1f}x this window's {what} would reach it"
+    return f" (not significantly worse, but a pass needs power {policy.min_power:.0%}{more})"
 
 
 def _too_few(
