@@ -37,9 +37,10 @@ async def test_a_failing_kubectl_is_reported_with_its_words_and_the_files_are_ke
 
 
 # A scripted kubectl that keeps one HTTPRoute as a cluster would (fault injection: no cluster runs here).
-# ``apply -f FILE`` stores the route with the next generation and, unless the scenario file says otherwise,
-# the Gateway's Accepted and ResolvedRefs conditions for it; ``get httproute NAME -n NS -o json`` prints it
-# (or kubectl's NotFound); the scenario file injects the faults: "unreachable", "resolvedrefs-false".
+# ``apply -f FILE`` stores the route, with the next generation when its spec changed (as the API server
+# counts), and the Gateway's Accepted and ResolvedRefs conditions for that generation; ``get httproute NAME
+# -n NS -o json`` prints it (or kubectl's NotFound). The scenario file injects the faults: "unreachable",
+# "resolvedrefs-false", "gateway-down" (the Gateway writes no status any more).
 FAKE_KUBECTL = r"""#!{python}
 import json, pathlib, sys
 import yaml
@@ -52,8 +53,8 @@ if scenario == "unreachable":
     sys.exit(1)
 if sys.argv[1] == "apply":
     route = yaml.safe_load(open(sys.argv[3]))
-    old = json.loads(store.read_text()) if store.exists() else {{"metadata": {{"generation": 0}}}}
-    generation = old["metadata"]["generation"] + 1
+    old = json.loads(store.read_text()) if store.exists() else {{"metadata": {{"generation": 0}}, "spec": None}}
+    generation = old["metadata"]["generation"] + (route["spec"] != old["spec"])
     route["metadata"]["generation"] = generation
     bad = scenario == "resolvedrefs-false"
     conditions = [
@@ -65,6 +66,8 @@ if sys.argv[1] == "apply":
     ]
     parent = dict(route["spec"]["parentRefs"][0])
     route["status"] = {{"parents": [{{"parentRef": parent, "controllerName": "example.net/gateway", "conditions": conditions}}]}}
+    if scenario == "gateway-down":
+        route["status"] = old.get("status", {{}})
     store.write_text(json.dumps(route))
     print("httproute.gateway.networking.k8s.io/" + route["metadata"]["name"] + " configured")
 elif sys.argv[1:4] == ["get", "httproute", sys.argv[3]]:
@@ -151,3 +154,35 @@ async def test_without_apply_nothing_is_read_back_and_that_is_said(tmp_path: Pat
     assert "not applied (engine.apply: false), so not read back" in router.describe()
     note = router.weights_note()
     assert note is not None and note.startswith("route written, not applied") and "reads nothing back" in note
+
+
+async def test_a_gateway_that_never_reports_on_the_new_weights_pauses_the_rollout(tmp_path: Path) -> None:
+    """The API server took the route but the Gateway's controller is down: its conditions stay on the older
+    generation, whose weights its data plane may still serve. Within ``status_wait_s`` that is normal; past it,
+    it is drift, applying the unchanged route again changes nothing (same generation), and the rollout pauses."""
+    bin_dir = scripted_kubectl(tmp_path)
+    now = [0.0]
+    router = GatewayApiRouter(
+        engine(apply=True, out_dir=str(tmp_path / "routes"), status_wait_s=30.0),
+        "r",
+        env={"PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"},
+        clock=lambda: now[0],
+    )
+    loop = Loop(tmp_path, FakeEvidence())
+    loop.controller.traffic = router
+    await router.set_weights(0.05, 0.0, 0)  # generation 1, reported on
+    (bin_dir / "scenario").write_text("gateway-down")
+    now[0] = 100.0
+    await loop.controller._apply_weights(loop.controller.state)  # 10 %: generation 2, no report on it
+    await loop.controller._reconcile()
+    assert not loop.events("drift"), "within status_wait_s a report on the older generation is not drift"
+    now[0] = 160.0
+    await loop.controller._reconcile()
+    [drift] = loop.events("drift")
+    assert "Accepted is for generation 1, the route is at 2" in drift.details["reported"]
+    [critical] = loop.events("critical")
+    assert (
+        "still reports parent Gateway/gateways/inference-gateway section http: Accepted is for generation 1"
+        in (critical.reasons[0])
+    )
+    assert loop.controller.state.status == "paused"

@@ -241,6 +241,10 @@ class GatewayApiRouter(EngineRouter):
         self.written: list[RouteFiles] = []
         self._clock = clock
         self._applied_at: float | None = None
+        # The route's generation as last read, and since when the Gateway has had it to report on.
+        self._generation: object = None
+        self._generation_since: float | None = None
+        self._last_read: float | None = None
         self._lock = asyncio.Lock()
 
     async def set_weights(self, candidate: float, control: float, step: int) -> None:
@@ -263,11 +267,27 @@ class GatewayApiRouter(EngineRouter):
             live = await kubectl_get_route(
                 self.engine.route, self.engine.namespace, self.kubectl, self.engine.kubectl_timeout_s, self._env
             )
-            applied_at = self._applied_at
+            settled = self._settled(live)
         if live is None:
             return f"HTTPRoute {self.engine.namespace}/{self.engine.route} not found"
-        settled = applied_at is None or self._clock() - applied_at >= self.engine.status_wait_s
         return "; ".join(route_drift(live, expected, settled=settled)) or None
+
+    def _settled(self, live: Mapping[str, Any] | None) -> bool:
+        """Whether the Gateway has had ``status_wait_s`` to report on the route's generation as read now.
+
+        Timed per generation, not per apply: applying an unchanged route leaves its generation as it was, so
+        a Gateway that never reported on it is still named when the controller's re-check follows its re-apply
+        (and the rollout pauses), while a route edited under the canary and applied back is a new generation
+        that gets its wait. A generation's wait starts at the apply that made it when one came since the last
+        read, else at the read that first saw it."""
+        now = self._clock()
+        generation = ((live or {}).get("metadata") or {}).get("generation")
+        if self._generation_since is None or generation != self._generation:
+            applied_since_read = self._applied_at is not None and (self._last_read is None or self._applied_at >= self._last_read)
+            self._generation = generation
+            self._generation_since = self._applied_at if applied_since_read and self._applied_at is not None else now
+        self._last_read = now
+        return now - self._generation_since >= self.engine.status_wait_s
 
     def weights_note(self) -> str | None:
         """With ``apply: false`` a weight change (a rollback too) is only a file: say so, with the file to apply."""

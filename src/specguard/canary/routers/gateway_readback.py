@@ -11,8 +11,8 @@ Read back every window (issue 28: the engine is the truth) from ``kubectl get ht
   the parent specguard names must have an entry. A condition set for an older generation of the route
   (``observedGeneration`` below ``metadata.generation``) says nothing of the weights just applied; it, a
   missing condition and a missing entry are differences only once the Gateway has had time to report
-  (``settled``, the router's ``status_wait_s`` after its last apply), as a Gateway controller writes status
-  after the API server has stored the route. A ``False`` for the current generation is a difference at once.
+  (``settled``: the router's ``status_wait_s`` since that generation was applied), as a Gateway controller
+  writes status after the API server has stored the route. A ``False`` for the current generation is a difference at once.
 """
 
 from __future__ import annotations

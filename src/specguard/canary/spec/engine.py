@@ -248,8 +248,8 @@ class GatewayApiEngine(FiniteModel):
     status_wait_s: float = Field(
         default=30.0,
         gt=0,
-        description="with apply: how long after an apply the Gateway may take to report on the route's new "
-        "generation (status.parents) before a missing or older report is drift",
+        description="with apply: how long the Gateway may take to report (status.parents) on a generation of "
+        "the route after it was applied, before a missing or older report is drift",
     )
 
     @field_validator("route")
