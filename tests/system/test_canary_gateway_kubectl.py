@@ -186,3 +186,14 @@ async def test_a_gateway_that_never_reports_on_the_new_weights_pauses_the_rollou
         in (critical.reasons[0])
     )
     assert loop.controller.state.status == "paused"
+
+
+async def test_a_kubectl_answer_that_is_not_a_route_is_a_runtime_failure_with_its_words(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "kubectl"  # a kubectl whose plugin or wrapper prints a banner instead of JSON
+    fake.write_text('#!/bin/sh\necho "Welcome to the staging cluster"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    router = GatewayApiRouter(engine(apply=True, out_dir=str(tmp_path / "routes")), "r", env={"PATH": str(bin_dir)})
+    with pytest.raises(RuntimeFailure, match="get httproute llama-canary -n inference -o json answered what is not JSON"):
+        await router.differs(0.1, 0.0)
