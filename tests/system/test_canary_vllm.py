@@ -32,6 +32,8 @@ from specguard.loadgen.runner import BenchConfig, run_bench
 from specguard.results.models import LoadShape, RequestRecord, SamplingOverrides
 from specguard.results.run_dir import load_run
 from specguard.vllm.process import free_port
+from tests.sse_parts import difference as sse_difference
+from tests.sse_parts import parts as sse_parts
 
 pytestmark = pytest.mark.vllm
 
@@ -70,7 +72,23 @@ async def post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], r
     ("api", "stream_options"),
     [("completions", None), ("chat", None), ("completions", {"include_usage": True}), ("chat", {"include_usage": True})],
 )
-async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_servers, api, stream_options) -> None:
+async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(
+    vllm_servers, api, stream_options, record_property
+) -> None:
+    """A proxied stream against a direct one of the same request, told apart by part (``tests/sse_parts.py``).
+
+    Two greedy streams of one request can differ by generation alone: vLLM puts several tokens in one delta
+    when its output loop falls behind the engine (a loaded machine; issue 28's 3,218 bytes direct against
+    2,971 proxied is a stream shorter by about one event, 228 bytes here: the same text in one event fewer),
+    and a near-tie of the logits can pick another token under another batch or prefix-cache state. Stalling
+    the vLLM API server for 0.5 s mid-stream (SIGSTOP), without any proxy, reproduced the first every time
+    (24 text events became 2 to 9); 64 streams of this request (20 proxied, 44 direct) on both servers, idle
+    and beside 3 concurrent requests, were all byte-identical. So the test checks what is the proxy's:
+    the SSE framing and every event's JSON apart from its text must be the direct stream's (a difference
+    there fails at once, named), every token-bearing event the proxy read upstream reaches the client (its
+    own record counts them), and a pair whose generation is the same must be identical byte for byte. A pair
+    whose generation differs is sent again, up to three times, and what differed is printed and recorded.
+    """
     path = "/v1/completions" if api == "completions" else "/v1/chat/completions"
     prompt = "the cat sat on the mat and the cat sat on the"
     body: dict[str, Any] = {"model": SERVED_NAME, "max_tokens": 24, "temperature": 0.0, "stream": True}
@@ -84,24 +102,29 @@ async def test_streams_through_the_proxy_are_byte_identical_to_direct_ones(vllm_
             # Warm the prefix cache first: a cached prompt is computed along another path, and on this tiny
             # model a near-tie of the logits can then pick another token (seen once in chat, 1 run of 3).
             await post(s, vllm_servers[server].base_url + path, body, rid)
-            # vLLM puts several tokens in one delta when its output loop falls behind the engine (a busy
-            # machine: a landing CI run got " 825469 825" in one chunk, where the other request had three),
-            # so two direct requests can differ in grouping too. A pair that differs is sent again, up to
-            # three times; a proxy that changed bytes changes every pair.
-            pairs = []
+            generation_differed: list[str] = []
             for _ in range(3):
                 through = await post(s, url + path, body, rid)
                 direct = await post(s, vllm_servers[server].base_url + path, body, rid)
-                pairs.append((masked(through), masked(direct)))
-                if pairs[-1][0] == pairs[-1][1]:
+                proxy.flush()
+                record = records[-1]
+                assert record.server == vllm_servers[server].base_url and record.ok
+                assert record.token_source == "server_usage" and record.output_tokens == 24
+                events = [t for t in sse_parts(through).texts if t]
+                assert len(events) == len(record.chunk_tokens), (
+                    f"{server}: {len(events)} text events reached the client, the proxy read {len(record.chunk_tokens)}"
+                )
+                found = sse_difference(masked(direct), masked(through))
+                if found is None:
                     break
-            assert pairs[-1][0] == pairs[-1][1], f"{server}: the proxy changed the stream in {len(pairs)} of {len(pairs)} pairs"
+                part, what = found
+                assert part == "generation", f"{server}: the proxy changed the stream: {what}"
+                generation_differed.append(what)
+                print(f"{server}: the generation differed, not the proxy: {what}")
+            if generation_differed:
+                record_property(f"{server}_generation_differed", generation_differed)
             if stream_options is None:
                 assert b'"usage"' not in through, "the usage the proxy asked for is not forwarded"
-            proxy.flush()
-            record = records[-1]
-            assert record.server == vllm_servers[server].base_url and record.ok
-            assert record.token_source == "server_usage" and record.output_tokens == 24
     if server == "ngram":
         assert max(record.chunk_tokens) >= 1
 

@@ -103,7 +103,10 @@ WINDOW_DISTRIBUTION = (
 VERDICT = (
     "FAIL when the window ratio is beyond the budget AND the test rejects at this look's threshold; the test is "
     "both tests together when the per-step test can reject (intersection-union: p = the larger of the two "
-    "p-values), the window distribution test alone otherwise; INCONCLUSIVE when a pool's window holds fewer "
+    "p-values), the window distribution test alone otherwise; INCONCLUSIVE when the window distribution test "
+    "rejects with the ratio's whole interval beyond the budget but the per-step test does not (a FAIL "
+    "unconfirmed is no pass), "
+    "when a pool's window holds fewer "
     "than min_samples observations or fewer than min_tail_samples beyond the percentile, when a server's "
     "counts fell between reads (a restart: reported, not judged) or the buckets differ, and when the window "
     "test's power to see the budget (Noether's formula on the baseline's buckets shifted by 1 + budget; an upper "
@@ -190,6 +193,15 @@ def histogram_metric_result(
     else:
         test, p, p_text = _WINDOW_ONLY, p_window, f"p window {_fmt(p_window)} ({points}: too few to reject)"
     verdict: WindowVerdict = "FAIL" if p is not None and p < threshold and beyond_budget(rule, ratio.ratio) else "PASS"
+    # The per-step test may veto a FAIL (it guards against the window test's independence assumption), but its
+    # silence is no pass when the window is worse beyond the budget with confidence (the window test rejects and
+    # the ratio's interval lies beyond the budget): with 6 points a pool it rejects only at a complete
+    # separation, and a 1.5x candidate passed 25 of 180 windows of 3,000 observations before this rule
+    # (tests/unit/canary/test_histogram_rule_oc.py). A candidate within the budget whose interval reaches it
+    # (1.05x, over coarse buckets) still passes.
+    surely_beyond = beyond_budget(rule, ratio.ci_low if worse_sign(rule) > 0 else ratio.ci_high)
+    unconfirmed = verdict == "PASS" and test == _BOTH and surely_beyond and p_window is not None and p_window < threshold
+    verdict = "INCONCLUSIVE" if unconfirmed else verdict
     power, scale = _window_test_power(rule, wb, nb, nc, threshold, policy)
     verdict = gate_on_power(verdict, power, policy)
     notes = [
@@ -202,7 +214,12 @@ def histogram_metric_result(
         f"{test}: {p_text}, one-sided p {_fmt(p)} vs {threshold:.3g}{''.join(f'; {n}' for n in notes)}"
         f"{'' if power is None else f', power {power:.0%} to see the budget'}: {verdict}"
     )
-    if verdict == "INCONCLUSIVE":
+    if unconfirmed:
+        text += (
+            " (the window test rejects and the ratio's interval lies beyond the budget; "
+            "the per-step points do not confirm it: no pass)"
+        )
+    elif verdict == "INCONCLUSIVE":
         text += underpowered_note(scale, policy, "observations")
     return MetricResult.model_validate(
         common

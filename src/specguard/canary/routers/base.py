@@ -75,7 +75,7 @@ class EngineRouter:
         pass  # no proxy, no proxy metrics: the decisions are in the event log and the state file
 
     async def differs(self, candidate: float, control: float) -> str | None:
-        """None: an engine that cannot be read back (a Gateway's route is what specguard wrote)."""
+        """None: an engine that cannot be read back overrides nothing here."""
         return None
 
     def weights_note(self) -> str | None:

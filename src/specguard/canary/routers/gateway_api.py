@@ -11,25 +11,33 @@ A rollback renders the candidate (and the control) at weight 0: the Gateway send
 ``render_httproute`` is pure. ``write_route_files`` writes each step's route to its own file and to the
 current one, each atomically, for a GitOps pipeline or an operator to apply. ``GatewayApiRouter`` does both at
 every ``set_weights`` and, with ``apply: true``, runs ``kubectl apply -f`` on the step's file (an argument
-list, bounded in time, killed with its process group on timeout, as a hook is).
+list, bounded in time, killed with its process group on timeout, as a hook is); each window it reads the
+route back (``kubectl get httproute NAME -n NAMESPACE -o json``) and compares it with the route it rendered
+(``gateway_readback.route_drift``: the weights, and the Gateway's ``Accepted``/``ResolvedRefs`` conditions).
+With ``apply: false`` specguard only writes files: there is nothing of its own to read back, and the router
+says so where it describes itself and with every rollback.
 
-The apply path is exercised only where a cluster exists; the tests here have none, so they check the
-rendered objects against the HTTPRoute v1 schema, the files, and the error for a missing ``kubectl``.
+The apply and read-back paths need a cluster; the tests here have none, so they check the rendered objects
+against the HTTPRoute v1 schema, the files, the error for a missing ``kubectl``, the comparison on route JSON
+shaped by that schema, and, with a scripted ``kubectl`` (fault injection), the commands and their failures.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specguard.canary.control.hooks import run_hook
 from specguard.canary.routers.base import EngineRouter
+from specguard.canary.routers.gateway_readback import route_drift
 from specguard.canary.spec.engine import GATEWAY_WEIGHT_TOTAL, BackendRef, GatewayApiEngine
 from specguard.errors import OutputWriteError, RuntimeFailure, UsageError
 from specguard.results.store import write_yaml_atomic
@@ -41,6 +49,7 @@ __all__ = [
     "RouteFiles",
     "find_kubectl",
     "kubectl_apply",
+    "kubectl_get_route",
     "render_httproute",
     "route_file_names",
     "weight_units",
@@ -182,16 +191,47 @@ async def kubectl_apply(path: Path, kubectl: str, timeout_s: float, env: Mapping
     raise RuntimeFailure(f"kubectl apply -f {path} {how}" + (f": {said}" if said else ""))
 
 
+async def kubectl_get_route(
+    name: str, namespace: str, kubectl: str, timeout_s: float, env: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The HTTPRoute as the cluster has it (``kubectl get httproute NAME -n NAMESPACE -o json``); None when the
+    cluster says it does not exist; RuntimeFailure with kubectl's words when kubectl fails otherwise (the
+    cluster cannot be reached) or does not answer with a JSON object."""
+    argv = [kubectl, "get", "httproute", name, "-n", namespace, "-o", "json"]
+    attempt = (await run_hook(argv, timeout_s=timeout_s, env=env))[-1]
+    said = (attempt.stderr or attempt.stdout).strip()
+    if not attempt.ok:
+        if "(NotFound)" in said:  # kubectl's "Error from server (NotFound): httproutes... not found"
+            return None
+        how = f"timed out after {timeout_s:g} s" if attempt.timed_out else f"exited with {attempt.exit_code}"
+        raise RuntimeFailure(f"{' '.join(argv[1:])} {how}" + (f": {said}" if said else ""))
+    try:
+        route = json.loads(attempt.stdout)
+    except ValueError as exc:
+        raise RuntimeFailure(f"{' '.join(argv[1:])} answered what is not JSON: {attempt.stdout[:300]!r}") from exc
+    if not isinstance(route, dict):
+        raise RuntimeFailure(f"{' '.join(argv[1:])} answered JSON that is not an object: {attempt.stdout[:300]!r}")
+    return route
+
+
 class GatewayApiRouter(EngineRouter):
     """``TrafficRouter`` for ``engine: gateway-api``: renders, writes and (with ``apply``) applies each step's route.
 
     Calls are serialised: a rollback issued while a step's ``kubectl apply`` runs is applied after it, never
     before (the older step would otherwise overwrite the rollback in the cluster). ``env`` is kubectl's
     environment (default: this process's), and its PATH is where kubectl is looked for, at construction, so a
-    missing kubectl is an error before any traffic moves.
+    missing kubectl is an error before any traffic moves. ``clock`` (monotonic seconds) times the Gateway's
+    ``status_wait_s`` after each apply.
     """
 
-    def __init__(self, engine: GatewayApiEngine, rollout_id: str, *, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        engine: GatewayApiEngine,
+        rollout_id: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.engine = engine
         self.rollout_id = rollout_id
         self.out_dir = Path(engine.out_dir)
@@ -199,6 +239,12 @@ class GatewayApiRouter(EngineRouter):
         path_env = (self._env if self._env is not None else os.environ).get("PATH", os.defpath)
         self.kubectl = find_kubectl(path_env, engine.out_dir) if engine.apply else None
         self.written: list[RouteFiles] = []
+        self._clock = clock
+        self._applied_at: float | None = None
+        # The route's generation as last read, and since when the Gateway has had it to report on.
+        self._generation: object = None
+        self._generation_since: float | None = None
+        self._last_read: float | None = None
         self._lock = asyncio.Lock()
 
     async def set_weights(self, candidate: float, control: float, step: int) -> None:
@@ -208,15 +254,55 @@ class GatewayApiRouter(EngineRouter):
             self.written.append(files)
             if self.kubectl is not None:
                 await kubectl_apply(files.step, self.kubectl, self.engine.kubectl_timeout_s, self._env)
+                self._applied_at = self._clock()
+
+    async def differs(self, candidate: float, control: float) -> str | None:
+        """The route read back against the one these shares render (``gateway_readback.route_drift``); None with
+        ``apply: false`` (specguard applied nothing: ``describe`` and ``weights_note`` say so) or when it agrees.
+        RuntimeFailure when kubectl cannot reach the cluster."""
+        if self.kubectl is None:
+            return None
+        expected = render_httproute(self.engine, candidate, 0, self.rollout_id, control_weight=control)
+        async with self._lock:
+            live = await kubectl_get_route(
+                self.engine.route, self.engine.namespace, self.kubectl, self.engine.kubectl_timeout_s, self._env
+            )
+            settled = self._settled(live)
+        if live is None:
+            return f"HTTPRoute {self.engine.namespace}/{self.engine.route} not found"
+        return "; ".join(route_drift(live, expected, settled=settled)) or None
+
+    def _settled(self, live: Mapping[str, Any] | None) -> bool:
+        """Whether the Gateway has had ``status_wait_s`` to report on the route's generation as read now.
+
+        Timed per generation, not per apply: applying an unchanged route leaves its generation as it was, so
+        a Gateway that never reported on it is still named when the controller's re-check follows its re-apply
+        (and the rollout pauses), while a route edited under the canary and applied back is a new generation
+        that gets its wait. A generation's wait starts at the apply that made it when one came since the last
+        read, else at the read that first saw it."""
+        now = self._clock()
+        generation = ((live or {}).get("metadata") or {}).get("generation")
+        if self._generation_since is None or generation != self._generation:
+            applied_since_read = self._applied_at is not None and (self._last_read is None or self._applied_at >= self._last_read)
+            self._generation = generation
+            self._generation_since = self._applied_at if applied_since_read and self._applied_at is not None else now
+        self._last_read = now
+        return now - self._generation_since >= self.engine.status_wait_s
 
     def weights_note(self) -> str | None:
         """With ``apply: false`` a weight change (a rollback too) is only a file: say so, with the file to apply."""
         if self.kubectl is not None or not self.written:
             return None
-        return f"route written, not applied (engine.apply: false): kubectl apply -f {self.written[-1].step}"
+        return (
+            f"route written, not applied (engine.apply: false): kubectl apply -f {self.written[-1].step}; "
+            "specguard applied nothing, so it reads nothing back"
+        )
 
     def describe(self) -> str:
-        how = "applied with kubectl" if self.kubectl is not None else f"written to {self.out_dir}"
+        if self.kubectl is not None:
+            how = "applied with kubectl and read back every window"
+        else:
+            how = f"written to {self.out_dir}, not applied (engine.apply: false), so not read back"
         return f"engine gateway-api (HTTPRoute {self.engine.namespace}/{self.engine.route}, {how})"
 
     async def close(self) -> None:

@@ -232,7 +232,9 @@ class GatewayApiEngine(FiniteModel):
     Each step's route is written to ``out_dir`` (relative to the working directory, as the state file is): one
     file per step and weight, and the current one, each replaced atomically, for a GitOps pipeline to pick up.
     With ``apply: true`` specguard also runs ``kubectl apply -f`` on the current file, with kubectl's own
-    configuration (``KUBECONFIG``, the current context), each call bounded by ``kubectl_timeout_s``.
+    configuration (``KUBECONFIG``, the current context), each call bounded by ``kubectl_timeout_s``, and reads
+    the route back every window (``kubectl get httproute``): its weights, and the Gateway's ``Accepted`` and
+    ``ResolvedRefs`` conditions once ``status_wait_s`` has passed since the apply.
     """
 
     type: Literal["gateway-api"]
@@ -243,6 +245,12 @@ class GatewayApiEngine(FiniteModel):
     out_dir: str = Field(default="gateway-api", min_length=1, description="where the rendered routes are written")
     apply: bool = Field(default=False, description="also 'kubectl apply -f' each rendered route")
     kubectl_timeout_s: float = Field(default=60.0, gt=0, description="per kubectl call")
+    status_wait_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="with apply: how long the Gateway may take to report (status.parents) on a generation of "
+        "the route after it was applied, before a missing or older report is drift",
+    )
 
     @field_validator("route")
     @classmethod
