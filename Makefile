@@ -1,5 +1,5 @@
 # The two commands that matter on a fresh machine (see README.md).
-.PHONY: setup setup-test demo lint test test-fast
+.PHONY: setup setup-test demo lint test test-fast docs
 
 # What the demo needs: system packages make and g++, .venv, the embedded runtime and models (scripts/setup.sh).
 setup:
@@ -29,3 +29,8 @@ test: setup-test
 # process and open no socket beyond in-process loopback fakes; `slow`-marked tests are left to `make test`.
 test-fast: setup
 	.venv/bin/python -m pytest tests/unit tests/cli -m "not slow" -n 2 --durations=10
+
+# The documentation site (mkdocs.yml, docs/) into site/: --strict fails on a broken link, a page missing from the nav or
+# any other warning (tests/system/test_docs.py runs the same build; the variable drops Material's end-of-life banner).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site

@@ -549,7 +549,7 @@ def main() -> None:
         default=PROXY_BACKLOG,
         help="the proxy's listen backlog (default: 1024, as 'specguard canary run' listens)",
     )
-    ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the README row")
+    ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the docs/performance.md row")
     ap.add_argument("--rollbacks", type=int, default=ROLLBACKS, help="rollbacks per engine, alternating engines")
     ap.add_argument("--seed", type=int, default=None, help="for the rollback moments")
     ap.add_argument(
@@ -763,7 +763,7 @@ def report(
         during = " ".join(str(r.during) for r in rs)
         print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}   baseline during call: {during}")
         print(f"  {'':<10}last new: {rb[engine]}")
-    print("\nREADME rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
+    print("\ndocs/performance.md rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
     for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
         m = key.removesuffix("_p99")
         print(

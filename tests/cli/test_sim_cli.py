@@ -254,15 +254,15 @@ def test_an_unknown_gpu_is_not_told_of_an_option_sim_lacks(cli: Cli) -> None:
 
 
 def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
-    """Each ``specguard sim run`` line of the README, in a directory holding what it names (shortened to 20 s)."""
+    """Each ``specguard sim run`` line of docs/sim.md, in a directory holding what it names (shortened to 20 s)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from specguard.workload.assess import assess
-    from tests.system.test_readme import readme_commands
+    from tests.system.test_readme import page_commands
     from tests.unit.sim.synthetic_runs import write_run
     from tests.unit.workload.test_workload import IdTokenizer
 
-    lines = [c for c in readme_commands() if c[:3] == ["specguard", "sim", "run"]]
+    lines = [c for c in page_commands("sim.md") if c[:3] == ["specguard", "sim", "run"]]
     assert len(lines) >= 4
     write_run(Path("runs/ngram-steady"), k=3, requests=40, seed=6, per_position_counters=True)
     log = Path("log.jsonl")

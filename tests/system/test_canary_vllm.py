@@ -274,7 +274,7 @@ def _first_chunk_clear(r: RequestRecord, stalls: Sequence[tuple[float, float]]) 
 
 
 def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, models, tmp_path: Path) -> None:
-    """The README's ``specguard canary run examples/rollout-embedded.yaml``, as written, in a scratch directory:
+    """docs/canary.md's ``specguard canary run examples/rollout-embedded.yaml``, as written, in a scratch directory:
     both pools launched from their ``launch`` specs on the embedded runtime, traffic through the proxy on
     127.0.0.1:8080, windows analysed, and SIGTERM ending it with 130 and the state saved."""
     import json
@@ -289,8 +289,8 @@ def test_the_readme_canary_run_launches_the_embedded_pools_and_serves(runtime, m
     from tests.helpers import sigint_default
 
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    assert "specguard canary run examples/rollout-embedded.yaml" in readme
+    page = (root / "docs" / "canary.md").read_text()
+    assert "specguard canary run examples/rollout-embedded.yaml" in page
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "rollout-embedded.yaml").write_text((root / "examples" / "rollout-embedded.yaml").read_text())
     env = {**os.environ, "SPECGUARD_CANARY_TOKEN": "readme-test-token"}

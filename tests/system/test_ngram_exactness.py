@@ -58,7 +58,9 @@ def _contexts(models: ModelSet) -> list[dict]:
     rng = random.Random(20261129)
     cases = [_case(_planted(rng), rng) for _ in range(6000)]
     tok = Tokenizer.from_file(str(models.path("tokenizer") / "tokenizer.json"))
-    text = (ROOT / "README.md").read_text() + (ROOT / "examples" / "prompts.jsonl").read_text()
+    # natural text with code and tables: the README and the documentation site's pages, then the example prompts
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples" / "prompts.jsonl"]
+    text = "".join(p.read_text() for p in pages)
     ids = tok.encode(text).ids
     for _ in range(3000):  # real tokenized text, prefixes of every length
         start = rng.randrange(0, len(ids) - 50)

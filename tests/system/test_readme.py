@@ -1,4 +1,7 @@
-"""The README stays true: its commands exist with the flags it shows, and the main ones run."""
+"""The README and the docs stay true: their commands exist with the flags they show, and the main ones run.
+
+Every ```bash block of the README and of every page of the documentation site (docs/*.md, mkdocs.yml) is checked
+for commands and flags; a test that runs a command reads it from the page it lives on (``page_commands``)."""
 
 from __future__ import annotations
 
@@ -17,17 +20,31 @@ from specguard.embedded.servers import SERVED_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+DOC_PAGES = sorted((ROOT / "docs").glob("*.md"))
 
 
-def readme_commands() -> list[list[str]]:
+def readme_commands(text: str = README) -> list[list[str]]:
+    """The commands of every ```bash block of ``text``, the README by default, in order."""
     cmds = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
-        text = block.replace("\\\n", " ")
-        for line in text.splitlines():
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
             line = line.split("#")[0].strip()
             if line:
                 cmds.append(shlex.split(line))
     return cmds
+
+
+def page_commands(page: str) -> list[list[str]]:
+    """The commands of one page of the documentation site (``docs/PAGE``), where a command the README had now lives."""
+    return readme_commands((ROOT / "docs" / page).read_text())
+
+
+def every_command() -> list[tuple[str, list[str]]]:
+    """(where, command) for the README's commands, then each docs page's."""
+    return [("README.md", c) for c in readme_commands()] + [
+        (f"docs/{p.name}", c) for p in DOC_PAGES for c in readme_commands(p.read_text())
+    ]
 
 
 def help_text(*sub: str) -> str:
@@ -52,8 +69,9 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert "\nscripts/setup.sh --test\n" in ci and "apt-get install" not in ci
     assert "\ntest: setup-test\n" in make and "\nsetup-test:\n\t@scripts/setup.sh --test\n" in make
     assert "\ndemo: setup\n" in make and "\nsetup:\n\t@scripts/setup.sh\n" in make
-    # how to run specguard is said before the first example that runs it, in the one form every example uses
-    cmds = readme_commands()
+    # how to run specguard is said before the first example that runs it (the README's, else the first page's of the
+    # docs, which are read after it), in the one form every example uses
+    cmds = [c for _, c in every_command()]
     first_specguard = next(i for i, c in enumerate(cmds) if c[0] == "specguard")
     assert ["source", ".venv/bin/activate"] in cmds[:first_specguard]
     assert ".venv/bin/specguard" in README[: README.index("```bash\nsource .venv/bin/activate")]
@@ -130,7 +148,7 @@ def test_setup_keeps_pip_quiet_unless_it_fails_and_ends_saying_how_to_run_specgu
 
 def test_every_specguard_command_in_the_readme_exists_with_its_flags():
     seen = 0
-    for cmd in readme_commands():
+    for where, cmd in every_command():
         if cmd[0] != "specguard":
             continue
         words = [w for w in cmd[1:] if not w.startswith("-")]
@@ -167,7 +185,7 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
         sub = [w for w in words[:2] if w in known]
         text = help_text(*sub)
         for flag in (w for w in cmd if w.startswith("--")):
-            assert flag in text, f"{' '.join(cmd)}: {flag} is not an option of specguard {' '.join(sub)}"
+            assert flag in text, f"{where}: {' '.join(cmd)}: {flag} is not an option of specguard {' '.join(sub)}"
         seen += 1
     assert seen >= 6
 
@@ -175,8 +193,11 @@ def test_every_specguard_command_in_the_readme_exists_with_its_flags():
 def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
     from specguard.errors import EXIT_CODE_TABLE, ExitCode
 
-    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", README.split("## Exit codes", 1)[1].split("\n## ", 1)[0], flags=re.M)
-    assert [(int(c), t) for c, t in rows] == [(int(c), t) for c, t in EXIT_CODE_TABLE]
+    readme = README.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "exit-codes.md").read_text()  # the table again, beside what a failure prints
+    for where, text in (("README.md", readme), ("docs/exit-codes.md", page)):
+        rows = re.findall(r"^\| (\d+) \| (.+?) \|$", text, flags=re.M)
+        assert [(int(c), t) for c, t in rows] == [(int(c), t) for c, t in EXIT_CODE_TABLE], where
     assert {int(c) for c, _ in EXIT_CODE_TABLE} == {int(c) for c in ExitCode} == {0, 1, 2, 3, 4, 130}
     commands = [
         (),
@@ -212,8 +233,8 @@ def test_exit_code_table_is_the_same_in_the_readme_every_help_and_the_code():
 
 @pytest.mark.vllm
 def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
-    """The README's bench line, pointed at the embedded server and shortened to 10 requests."""
-    bench = next(c for c in readme_commands() if c[:2] == ["specguard", "bench"])
+    """docs/measure.md's bench line, pointed at the embedded server and shortened to 10 requests."""
+    bench = next(c for c in page_commands("measure.md") if c[:2] == ["specguard", "bench"])
     args = bench[2:]
     out = tmp_path / "steady"
     replace = {"--base-url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out), "--num-requests": "10"}
@@ -227,7 +248,7 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] == 10 and summary["errors"] == 0
     assert set(summary["segments"]) <= {"extraction", "summarization", "chat", "code"}
-    for cmd in (c for c in readme_commands() if c[:2] == ["specguard", "summary"]):
+    for cmd in (c for c in page_commands("measure.md") if c[:2] == ["specguard", "summary"]):
         r = subprocess.run(
             [sys.executable, "-m", "specguard", "summary", str(out), *cmd[3:]], capture_output=True, text=True, timeout=60
         )
@@ -237,7 +258,8 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
 
 @pytest.mark.vllm
 def test_make_demo_runs_the_main_job(demo_run):
-    """`make demo`, exactly as the README says: the packaged check plan on two real servers, verdict and report."""
+    """`make demo`, exactly as the README says (docs/demo.md says what it shows): the packaged check plan on two
+    real servers, verdict and report."""
     r, out = demo_run.result, demo_run.out
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] in r.stdout and f"report: {out.relative_to(ROOT)}/report.html" in r.stdout
@@ -253,7 +275,7 @@ def test_make_demo_runs_the_main_job(demo_run):
     assert logs == ["baseline-rep1.log", "baseline-rep2.log", "candidate-rep1.log", "candidate-rep2.log"]
     # the demo names the exit code the verdict means, and exits 0 itself
     assert f"verdict exit code: {verdict['exit_code']}" in r.stdout
-    # `specguard report DIR --force` (README) rebuilds the same verdict from the stored runs and exits with its code
+    # `specguard report DIR --force` (docs/check.md) rebuilds the same verdict from the stored runs and exits with its code
     again = subprocess.run(
         [sys.executable, "-m", "specguard", "report", str(out), "--force"], capture_output=True, text=True, timeout=600
     )
@@ -263,9 +285,9 @@ def test_make_demo_runs_the_main_job(demo_run):
 
 @pytest.mark.vllm
 def test_readme_canary_observability_runs_as_written(tmp_path):
-    """The README's ``canary observability`` line, in a scratch copy of the repository's examples: the three
+    """The ``canary observability`` line of the docs (docs/canary.md), in a scratch copy of the repository's examples: the three
     files, and promtool accepts both rule files."""
-    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "canary", "observability"])
+    cmd = next(c for c in page_commands("canary.md") if c[:3] == ["specguard", "canary", "observability"])
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -281,8 +303,9 @@ def test_readme_canary_observability_runs_as_written(tmp_path):
 
 
 def test_readme_canary_haproxy_config_runs_as_written(tmp_path):
-    """The README's ``canary haproxy-config`` line, in a scratch copy of the examples; the real HAProxy accepts it."""
-    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "canary", "haproxy-config"])
+    """The ``canary haproxy-config`` line of the docs (docs/canary.md), in a scratch copy of the examples; the real
+    HAProxy accepts it."""
+    cmd = next(c for c in page_commands("canary.md") if c[:3] == ["specguard", "canary", "haproxy-config"])
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -292,9 +315,10 @@ def test_readme_canary_haproxy_config_runs_as_written(tmp_path):
 
 
 def test_readme_gate_commands_that_need_no_server_run_as_written():
-    """preflight (against the embedded vLLM or offline rules) and plan (catalogs) run exactly as the README shows."""
+    """preflight (against the embedded vLLM or offline rules) and plan (catalogs) run exactly as the docs show
+    (docs/gates.md)."""
     ran = 0
-    for cmd in readme_commands():
+    for cmd in page_commands("gates.md"):
         if cmd[0] != "specguard" or cmd[1] not in ("preflight", "plan") or any(w.startswith(("http", "/etc/", "~")) for w in cmd):
             continue
         r = subprocess.run([sys.executable, "-m", "specguard", *cmd[1:]], capture_output=True, text=True, timeout=600)
@@ -305,11 +329,11 @@ def test_readme_gate_commands_that_need_no_server_run_as_written():
 
 
 def test_readme_simulated_demo_runs_as_written(tmp_path):
-    """``specguard demo --simulated`` exactly as the README shows it, in a scratch directory: two simulated servers in
+    """``specguard demo --simulated`` exactly as the docs show it (docs/demo.md), in a scratch directory: two simulated servers in
     real time (about two minutes), every page labelled simulated, per-level lines and the crossover line."""
     from specguard.simulated import SIM_VERSION, SIMULATED_SERVER_BANNER
 
-    cmd = next(c for c in readme_commands() if c[:3] == ["specguard", "demo", "--simulated"])
+    cmd = next(c for c in page_commands("demo.md") if c[:3] == ["specguard", "demo", "--simulated"])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}  # the servers import this checkout
     r = subprocess.run(
         [sys.executable, "-m", "specguard", *cmd[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env

@@ -95,7 +95,9 @@ def test_suffix_drafts_identical_to_arctic(arctic_suffix_cache: Any, models: Mod
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(models.path("tokenizer") / "tokenizer.json"))
-    ids = tok.encode((ROOT / "README.md").read_text() + (ROOT / "examples" / "prompts.jsonl").read_text()).ids
+    # natural text with code and tables: the README and the documentation site's pages, then the example prompts
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples" / "prompts.jsonl"]
+    ids = tok.encode("".join(p.read_text() for p in pages)).ids
     workloads = _workloads(ids)
     total = DiffResult()
     failures: list[str] = []

@@ -1,6 +1,6 @@
 """Dependencies point downward: the import statements of a package name only the packages below it.
 
-The order is the README's Layout, top to bottom (``layout_order``): a package (or top-level module) may import
+The order is the Layout (docs/layout.md), top to bottom (``layout_order``): a package (or top-level module) may import
 those listed below it and those on its own line, nothing above. Every import counts, inside functions too.
 Within that order, vLLM knowledge (``vllm/``) is shared by preflight, inventory, sizing and the load generator, so it imports
 none of them; inventory reads command lines through ``vllm/``, not through preflight; the generic check
@@ -128,7 +128,7 @@ def test_the_check_finds_an_import_it_forbids() -> None:
 
 
 def layout_order() -> dict[str, int]:
-    """Package or top-level module (``check``, ``errors``) -> its line's rank in the README's Layout, 0 at the top."""
+    """Package or top-level module (``check``, ``errors``) -> its line's rank in the Layout (docs/layout.md), 0 at the top."""
     rank: dict[str, int] = {}
     for i, names in enumerate(layout_block()):
         for name in names:
@@ -144,9 +144,9 @@ def upward_imports(graph: dict[str, set[str]], rank: dict[str, int]) -> list[str
             continue
         for b in sorted(graph[a]):
             if a not in rank or b not in rank:
-                bad.append(f"{a} -> {b}: not in the README's Layout")
+                bad.append(f"{a} -> {b}: not in the Layout (docs/layout.md)")
             elif rank[b] < rank[a]:
-                bad.append(f"{a} -> {b}: {b} is above {a} in the README's Layout")
+                bad.append(f"{a} -> {b}: {b} is above {a} in the Layout (docs/layout.md)")
     return bad
 
 
@@ -167,7 +167,7 @@ def test_the_order_check_finds_an_upward_import() -> None:
     rank = layout_order()
     assert rank["cli"] < rank["check"] < rank["report"] < rank["canary"] < rank["verdict"] < rank["vllm"] < rank["errors"]
     assert upward_imports({"vllm": {"check"}, "check": {"vllm"}}, rank) == [
-        "vllm -> check: check is above vllm in the README's Layout"
+        "vllm -> check: check is above vllm in the Layout (docs/layout.md)"
     ]
-    assert upward_imports({"newpkg": {"errors"}}, rank) == ["newpkg -> errors: not in the README's Layout"]
+    assert upward_imports({"newpkg": {"errors"}}, rank) == ["newpkg -> errors: not in the Layout (docs/layout.md)"]
     assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}, {"c"}]

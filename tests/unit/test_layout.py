@@ -1,4 +1,4 @@
-"""The README's Layout section matches the tree: every package and top-level module is listed, nothing listed is gone."""
+"""The Layout page (docs/layout.md) matches the tree: every package and top-level module is listed, nothing listed is gone."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ PACKAGE = ROOT / "src" / "specguard"
 
 
 def layout_block() -> list[list[str]]:
-    """The entries directly under src/specguard/ in the README's Layout, top to bottom, one list per line."""
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    """The entries directly under src/specguard/ in docs/layout.md's tree, top to bottom, one list per line."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    block = text.split("# Layout", 1)[1].split("```", 2)[1]
     lines: list[list[str]] = []
     for line in block.splitlines():
         if not line.startswith("  ") or line.startswith("   "):
@@ -34,5 +34,5 @@ def tree_names() -> set[str]:
 
 def test_every_package_and_module_is_in_the_layout_and_nothing_else() -> None:
     listed, present = layout_names(), tree_names()
-    assert present - listed == set(), "in src/specguard but not in the README's Layout"
-    assert listed - present == set(), "in the README's Layout but not in src/specguard"
+    assert present - listed == set(), "in src/specguard but not in docs/layout.md"
+    assert listed - present == set(), "in docs/layout.md but not in src/specguard"

@@ -2,11 +2,11 @@
 
 Known distributions: each request's level is lognormal (sigma 0.25) around 20 ms, its 8 per-token ITLs lognormal
 (sigma 0.3) around that level; the candidate is ``factor`` times slower per token; a control pool carries the
-candidate's load (the comparison the README recommends at small weights). Windows of 100 requests per pool
-(the README's 60 s window at ~2 requests/s per pool), of 50 (``min_samples``, the smallest that is judged) and
+candidate's load (the comparison docs/canary.md recommends at small weights). Windows of 100 requests per pool
+(docs/canary.md's 60 s window at ~2 requests/s per pool), of 50 (``min_samples``, the smallest that is judged) and
 of 300 (where the rank test has 80 % power to see the 10 % budget at these spreads: ``canary.rank_power``).
 Each window is judged at its look of the default plan: 60 looks, Pocock spending of alpha 0.05, one test
-(P99 ITL, budget 10 %). Seeded: the counts below are what this test measures and asserts, and the README quotes.
+(P99 ITL, budget 10 %). Seeded: the counts below are what this test measures and asserts, and docs/canary.md quotes.
 Method: Lan-DeMets spending (Lan & DeMets 1983, Biometrika 70:659) with Kayenta's effect-size gate; a PASS also
 needs 80 % power to see the budget (Noether 1987, JASA 82:645), otherwise the window is INCONCLUSIVE.
 """

@@ -5,7 +5,7 @@ requests, each statistic from its large-sample distribution, binomial errors) an
 alone, no servers. The layout is the demo's: three traffic levels (one target) x two samplings x two
 segments = 12 cells, default guardrails (P99 E2E and TTFT +5 % per level, error rate +1 point over the
 check), objective p95 ITL at a 10 % minimum improvement. Every draw is seeded: a count below moves only
-when the rule does. The counts are in the README's "How the verdict decides" section too.
+when the rule does. The counts are in docs/check.md ("Operating characteristics, by simulation") too.
 """
 
 from __future__ import annotations
