@@ -47,6 +47,12 @@ def run(
     ] = False,
     drain_s: Annotated[float, typer.Option(min=0, help="On stop or rollback: seconds streams in flight get to finish.")] = 30.0,
     log_dir: Annotated[Path | None, typer.Option(help="Launched pools' server logs (default: beside the state file).")] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", metavar="", help="Print each event as it is appended, one JSON object per line (as 'canary events --json')."
+        ),
+    ] = False,
 ) -> None:
     """Serve the proxy and the admin API, and run the rollout: windows, analysis, steps, rollback, promotion."""
     from specguard.canary.control.run import run_canary
@@ -58,7 +64,14 @@ def run(
     logs = log_dir or Path(rollout.state.path).resolve().parent / "logs"
 
     async def main() -> Any:
-        return await run_canary(rollout, log=_log, log_dir=logs, exit_when_finished=exit_when_finished, drain_s=drain_s)
+        return await run_canary(
+            rollout,
+            log=_log,
+            log_dir=logs,
+            exit_when_finished=exit_when_finished,
+            drain_s=drain_s,
+            on_event=(lambda e: print(e.model_dump_json(), flush=True)) if as_json else None,
+        )
 
     outcome = run_async(main())
     if outcome.state_lost is not None:

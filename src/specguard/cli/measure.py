@@ -11,6 +11,7 @@ from rich.console import Console
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err
+from specguard.cli.renamed import renamed
 from specguard.errors import UsageError
 
 
@@ -85,9 +86,11 @@ def bench(
     ] = None,
     prompt_count: Annotated[int | None, typer.Option(help="Items of a synthetic set (default 64).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", metavar="", help="No progress display.")] = False,
-    base_url: Annotated[
-        str | None, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL).")
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL)."),
     ] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", hidden=True, help="The old name of --url.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE metadata stored in run.json (repeatable).")] = None,
     header: Annotated[
         list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
@@ -113,7 +116,8 @@ def bench(
     from specguard.report.render.terminal import RichProgress, print_summaries, show_progress
     from specguard.validation import api_key_from_env, given, options
 
-    base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
+    url = renamed(url, base_url, "--url", "--base-url")
+    base_url, api_key = openai_env_defaults(url, api_key_from_env(api_key_env), api_key_env is not None)
     request = options(
         BenchRequest,
         given(
