@@ -179,7 +179,8 @@ class CountColumn(ProgressColumn):
         self.suffix = suffix
 
     def render(self, task: Task) -> Text:
-        done = f"{int(task.completed)}" if task.total is None else f"{int(task.completed)}/{int(task.total)}"
+        about = "~" if task.fields.get("about") else ""  # an expected total (timed levels at a rate), not a count
+        done = f"{int(task.completed)}" if task.total is None else f"{int(task.completed)}/{about}{int(task.total)}"
         return Text(done + self.suffix.format(task=task))
 
 
@@ -243,6 +244,9 @@ class RichCheckProgress(MatrixProgress):
         self.progress.update(self.runs, total=runs)
         self.progress.update(self.requests, total=requests)
         self.progress.start()
+
+    def requests_expected(self, requests: int) -> None:
+        self.progress.update(self.requests, total=requests, about=True)  # a total, so the bar and the ETA are drawn
 
     def block_started(self, name: str) -> None:
         self.progress.update(self.blocks, now=name)
