@@ -85,7 +85,7 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
         analysis=ANALYSIS,
     )
     state = tmp_path / "state.sqlite"
-    proc = start(rollout, "--exit-when-finished")
+    proc = start(rollout, "--exit-when-finished", "--json")
     wait_serving(proc, state)
     listen = yaml.safe_load(rollout.read_text())["listen"]
 
@@ -98,7 +98,7 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
         await task
 
     asyncio.run(asyncio.wait_for(load(), 90))
-    _, stderr = proc.communicate(timeout=30)
+    stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     doc = status(state)
     assert doc["state"] == "promoted" and doc["weight"] == 100.0 and doc["step"] == 1
@@ -111,6 +111,8 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
     assert [e["seq"] for e in lines] == list(range(len(lines)))
     jsonl = Path(f"{state}.events.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in jsonl] == lines, "the JSONL log and SQLite agree"
+    # run --json printed each event as it was appended: the same objects, one per line, nothing else on stdout
+    assert [json.loads(line) for line in stdout.splitlines()] == lines
     out = tmp_path / "report"
     r = specguard("canary", "report", str(state), "--out", str(out))
     assert r.returncode == 0, r.stderr
