@@ -61,6 +61,8 @@ def test_both_spellings_work_the_old_one_with_a_warning(cli: Cli, tmp_path: Path
     cli.fails([*bench, "--url", DEAD, "--base-url", DEAD], USAGE, "--base-url is the old name of --url: give --url only")
     for name in ("--vllm-version", "--version"):
         cli.fails(["embedded", "install", name, "banana"], USAGE, "--vllm-version 'banana': expected a vLLM version")
+    for name in ("--vllm-bin", "--vllm"):
+        cli.fails(["preflight", name, tmp_path / "nope"], USAGE, f"--vllm-bin {tmp_path / 'nope'}: not found")
     log = tmp_path / "log.jsonl"
     log.write_text('{"prompt_token_ids": [1, 2, 3], "output_token_ids": [4]}\n')
     assess = ["assess", log, "--url", DEAD, "--write-plan", tmp_path / "next", "--requests-out", tmp_path / "no/r.jsonl"]

@@ -33,7 +33,10 @@ class LogFormat(StrEnum):
 
 def preflight(
     python: Annotated[Path | None, typer.Option(help="Interpreter of the vLLM to inspect.")] = None,
-    vllm: Annotated[Path | None, typer.Option(help="A 'vllm' executable (or an interpreter) to inspect.")] = None,
+    vllm_bin: Annotated[
+        Path | None, typer.Option("--vllm-bin", help="A 'vllm' executable (or an interpreter) to inspect.")
+    ] = None,
+    vllm: Annotated[Path | None, typer.Option("--vllm", hidden=True, help="The old name of --vllm-bin.")] = None,
     vllm_version: Annotated[str | None, typer.Option(help="No vLLM here: apply specguard's rules for this version.")] = None,
     config: Annotated[str | None, typer.Option(help="Speculative config: JSON text or a file holding it.")] = None,
     command: Annotated[str | None, typer.Option(help="Lint a vllm serve line or systemd ExecStart= (text or file).")] = None,
@@ -60,7 +63,8 @@ def preflight(
     version_option(vllm_version)
     if python is None or os.sep in str(python) or not shutil.which(str(python)):  # a bare name runs from PATH
         input_path(python, "--python")
-    input_path(vllm, "--vllm")
+    vllm = renamed(vllm_bin, vllm, "--vllm-bin", "--vllm")
+    input_path(vllm, "--vllm-bin")
     input_path(target, "--target", directory=True)
     text_option(config, "--config")
     text_option(command, "--command")

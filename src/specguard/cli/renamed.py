@@ -18,6 +18,7 @@ RENAMED = {
     "bench": {"--base-url": "--url"},
     "assess": {"--target-model": "--target"},
     "embedded install": {"--version": "--vllm-version"},
+    "preflight": {"--vllm": "--vllm-bin"},  # as canary units names the same thing
 }
 
 
