@@ -132,3 +132,18 @@ def test_the_demo_names_the_meaning_of_the_checks_exit_code_not_every_commands()
     line = check_exit_line(VerdictFile.model_construct(**fields))
     assert line == "verdict exit code: 1 (NO-GO): 'specguard check' on this plan exits 1"
     assert "rejected" not in line and "diff" not in line
+
+
+def test_demo_json_prints_the_verdict_and_says_the_exit_line_on_stderr(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import specguard.demo as demo
+    from specguard.check.report import write_outputs
+    from tests.unit.report.test_report import make_check
+
+    record, out = make_check(tmp_path / "c")
+    monkeypatch.setattr(demo, "run_demo", lambda out, **kw: write_outputs(record, out))  # the measuring is the system tier's
+    r = cli.ok(["demo", "--out", out, "--json"])
+    verdict = json.loads(r.stdout)
+    assert verdict == json.loads((out / "verdict.json").read_text())
+    assert f"verdict exit code: {verdict['exit_code']} ({verdict['verdict']})" in r.stderr
