@@ -104,6 +104,12 @@ def bench(
             help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive.",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", metavar="", help='Print summary.json\'s document instead of the table; on failure {"error": ...}.'
+        ),
+    ] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
@@ -114,6 +120,7 @@ def bench(
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
     from specguard.report.render.terminal import RichProgress, print_summaries, show_progress
+    from specguard.results.store import dumps
     from specguard.validation import api_key_from_env, given, options
 
     url = renamed(url, base_url, "--url", "--base-url")
@@ -167,6 +174,10 @@ def bench(
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
+    if as_json:  # one document on stdout: the summary, or the error that a failed run ends with
+        raise_for_outcome(summary, out)
+        print(dumps(summary))
+        return
     print_summaries(Console(), {out.name or "run": summary})
     raise_for_outcome(summary, out)
 
