@@ -52,11 +52,11 @@ def _figure(html: str, div_id: str) -> dict:
     return _plotly_figure(html, div_id)
 
 
-def _cross(segment: str, paid: float, unpaid: float, unpaid_traffic: str) -> Crossover:
+def _cross(segment: str, paid: float, unpaid: float, unpaid_traffic: str, paid_traffic: str = "qps2") -> Crossover:
     return Crossover(
         sampling="greedy",
         segment=segment,
-        paid_traffic="a",
+        paid_traffic=paid_traffic,
         paid_load=paid,
         unpaid_traffic=unpaid_traffic,
         unpaid_load=unpaid,
@@ -88,7 +88,12 @@ def test_rates_and_concurrencies_are_drawn_apart_and_every_crossover_label_has_t
         distributions=[],
         acceptance=[],
         gauges=[],
-        crossovers=[_cross("chat", 2, 8, "qps8"), _cross("code", 2, 8, "qps8"), _cross("prose", 1, 2, "qps2")],
+        crossovers=[
+            _cross("chat", 2, 8, "qps8"),
+            _cross("code", 2, 8, "qps8"),
+            _cross("prose", 1, 2, "qps2"),
+            _cross("mixed", 2, 8, "c8"),  # from a rate to a concurrency: on neither axis
+        ],
         rate_levels=["qps2", "qps8"],
     )
     fig = _figure("<html>" + latency_vs_load(charts), "latency-vs-load")
@@ -103,3 +108,4 @@ def test_rates_and_concurrencies_are_drawn_apart_and_every_crossover_label_has_t
     # one label per bracket (two groups with the same bracket share it), each a line below the one before
     assert [a["text"] for a in labels] == ["crossover greedy/chat, greedy/code: 2 to 8", "crossover greedy/prose: 1 to 2"]
     assert [a.get("yshift", 0) for a in labels] == [0, -16]
+    assert len(layout["shapes"]) == 2 * 2  # two brackets, each shaded in both panels of its row

@@ -109,9 +109,13 @@ def latency_vs_load(c: Charts) -> str:
     brackets: dict[tuple[float, float, int], list[str]] = {}
     for cross in c.crossovers:
         kind = cross.unpaid_traffic in c.rate_levels
+        if rows != [None] and kind != (cross.paid_traffic in c.rate_levels):
+            continue  # a bracket from a rate to a concurrency has no place on either axis; the verdict's text says it
         row = rows.index(kind) + 1 if kind in rows else 1
         brackets.setdefault((cross.paid_load, cross.unpaid_load, row), []).append(f"{cross.sampling}/{cross.segment}")
-    for i, ((paid, unpaid, row), groups) in enumerate(brackets.items()):
+    labels_in_row: dict[int, int] = {}
+    for (paid, unpaid, row), groups in brackets.items():
+        i = labels_in_row[row] = labels_in_row.get(row, -1) + 1
         for col in (1, 2):
             fig.add_vrect(x0=paid, x1=unpaid, fillcolor="#f5b041", opacity=0.25, line_width=0, row=row, col=col)
         fig.add_annotation(
