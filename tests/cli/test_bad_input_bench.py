@@ -197,6 +197,7 @@ def test_bad_prompt_line(cli: Cli, tmp_path: Path, text: str, fragment: str) -> 
     [
         ('[{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]', "sharegpt"),
         ('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n', "spec-bench"),
+        ('{"question_id": 1, "category": "qa", "sub_category": "x", "difficulty": "hard", "turns": ["hi"]}\n', "speed-bench"),
     ],
 )
 def test_a_dataset_given_without_its_format_names_the_flag_that_reads_it(cli: Cli, tmp_path: Path, text: str, fmt: str) -> None:
