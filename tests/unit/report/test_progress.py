@@ -65,6 +65,23 @@ def test_timed_levels_at_a_rate_give_an_expected_total_with_an_eta() -> None:
     assert f"41/~{expected}" in buf.getvalue()
 
 
+def test_a_timed_bench_says_the_time_left_of_its_duration() -> None:
+    from specguard.report.render.terminal import RichProgress
+
+    buf = io.StringIO()
+    p = RichProgress(Console(file=buf, force_terminal=True, width=200))
+    p.started(None, 60.0)
+    p.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    p.close()
+    text = buf.getvalue()
+    assert "None" not in text and "s of --duration left" in text
+    counted = RichProgress(Console(file=io.StringIO(), force_terminal=True, width=200))
+    counted.started(10, None)
+    counted.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    counted.close()
+    assert counted.progress.tasks[0].fields["left"] == "" and counted.progress.tasks[0].total == 10  # a count: rich ETA
+
+
 def test_progress_is_off_when_quiet_or_not_a_terminal() -> None:
     assert show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=False)
     assert not show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=True)
