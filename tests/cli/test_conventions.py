@@ -101,7 +101,9 @@ def test_openai_base_url_and_key_are_read_wherever_a_server_is(cli: Cli, tmp_pat
     cli.fails(["inventory"], USAGE, "give --url (a running server)")  # without it, the same message as before
 
 
-@pytest.mark.parametrize("sub", [("bench",), ("check",), ("report",), ("demo",), ("canary", "run")])
+@pytest.mark.parametrize(
+    "sub", [("bench",), ("check",), ("report",), ("demo",), ("canary", "run"), ("canary", "pause"), ("canary", "rollback")]
+)
 def test_every_command_printing_results_has_json(sub: tuple[str, ...]) -> None:
     assert _has_option(_help(*sub), "--json")
 

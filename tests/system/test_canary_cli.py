@@ -131,8 +131,10 @@ def test_manual_control_sigterm_and_resume_exit_with_the_shared_codes(pools, tmp
         paused = specguard("canary", "pause", str(rollout), env=with_token())
         assert paused.returncode == 0, paused.stderr
         assert "paused" in paused.stdout
-        again = specguard("canary", "pause", str(rollout), env=with_token())
+        again = specguard("canary", "pause", str(rollout), "--json", env=with_token())
         assert again.returncode == 1 and "already paused" in again.stderr
+        refused = json.loads(again.stdout)["error"]  # --json: a refusal in the shape of a failure, with its exit code
+        assert refused["exit_code"] == 1 and "already paused" in refused["message"]
         wrong = specguard("canary", "resume", str(rollout), env={**os.environ, TOKEN_ENV: "not-the-token"})
         assert wrong.returncode == 2 and "not-the-token" not in wrong.stderr
         assert status(state)["state"] == "paused"
@@ -154,8 +156,9 @@ def test_manual_control_sigterm_and_resume_exit_with_the_shared_codes(pools, tmp
         time.sleep(0.5)
         doc = status(state)
         assert doc["state"] == "paused" and doc["weight"] == 1.0
-        resumed = specguard("canary", "resume", str(rollout), env=with_token())
+        resumed = specguard("canary", "resume", str(rollout), "--json", env=with_token())
         assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout)["state"] != "paused"  # --json: the controller's answer
         rolled = specguard("canary", "rollback", str(rollout), env=with_token())
         assert rolled.returncode == 0 and "rolled_back at 0 %" in rolled.stdout
     finally:
