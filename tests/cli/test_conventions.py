@@ -149,3 +149,12 @@ def test_demo_json_prints_the_verdict_and_says_the_exit_line_on_stderr(
     verdict = json.loads(r.stdout)
     assert verdict == json.loads((out / "verdict.json").read_text())
     assert f"verdict exit code: {verdict['exit_code']} ({verdict['verdict']})" in r.stderr
+
+
+def test_a_partial_report_in_json_says_where_it_is_and_that_there_is_no_verdict(cli: Cli, tmp_path: Path) -> None:
+    from tests.cli.helpers import make_check_dir
+
+    d = make_check_dir(tmp_path / "d", complete=False)
+    r = cli.ok(["report", d, "--partial", "--json"], int(ExitCode.INCONCLUSIVE))
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] is None and Path(doc["partial_report"]).is_file()
