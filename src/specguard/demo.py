@@ -20,9 +20,9 @@ from pathlib import Path
 from specguard.check.launch import LaunchResolver
 from specguard.check.launchers.embedded import embedded_launcher
 from specguard.check.launchers.simulated import sim_launcher
-from specguard.check.plan import load_plan
+from specguard.check.plan import CheckPlan, load_plan
 from specguard.check.report import VerdictFile, write_outputs
-from specguard.check.requirements import plan_warnings
+from specguard.check.requirements import plan_requirements, plan_warnings
 from specguard.check.runner import run_check
 from specguard.loadgen.runner import MatrixProgress
 from specguard.simulated import SIMULATED_SERVER_BANNER
@@ -32,22 +32,33 @@ DEMO_PLAN = PLANS / "demo.yaml"
 SIMULATED_DEMO_PLAN = PLANS / "demo-simulated.yaml"
 
 SIZED_TO_SHOW = (
-    "this demo plan is sized to show the tool in minutes on a laptop, not to reach GO: its cells hold too few "
-    "requests for a P99 guardrail to pass, so it cannot say GO: expect INCONCLUSIVE, or NO-GO where a regression "
-    "already shows at P90 or P50; size a real check with 'specguard check PLAN --dry-run'"
+    "this demo plan is sized to show the tool in minutes on a laptop, not to reach GO. It can show each level's "
+    "ratios with their intervals, and NO-GO where a regression is already clear at P50 or P90; it cannot show GO: "
+    "{cannot}. So its verdict is NO-GO or INCONCLUSIVE, never GO; size a real check with "
+    "'specguard check PLAN --dry-run'"
 )
 SIMULATED_DEMO = (
     f"{SIMULATED_SERVER_BANNER}. This demo runs Llama-3-70B on 4 x H100 as specguard's engine model predicts it, baseline "
-    "vs draft-model speculation at QPS 1 to past the crossover, to show where speculation helps and where it hurts; "
-    "its cells are too small for a P99 to pass, not for P90 to show a regression: expect NO-GO, speculation hurts at QPS 32 "
-    "(and its TTFT already at QPS 16). Measure your own servers with 'specguard check'"
+    "vs draft-model speculation at QPS 1 to past the crossover. It can show where speculation helps and where it hurts, "
+    "and NO-GO where a regression is clear at P90 (the engine model predicts one at QPS 32, and its TTFT already at "
+    "QPS 16); it cannot show GO: {cannot}. Measure your own servers with 'specguard check'"
 )
 
 
+def _cannot(plan: CheckPlan) -> str:
+    """Why a plan cannot reach GO, in numbers read off the plan: its fewest requests per cell against the most needed."""
+    short = [r for r in plan_requirements(plan) if r.planned is not None and r.planned < r.needed]
+    if not short:
+        return "nothing in its size stops it (the measurements decide)"
+    fewest = min(r.planned or 0 for r in short)
+    return f"its cells hold as few as {fewest} requests per arm, and its P99 guardrails need {max(r.needed for r in short)}"
+
+
 def demo_notes(simulated: bool = False) -> list[str]:
-    """What the demo says before it measures: that it cannot reach GO by construction, and why (and, simulated, that)."""
-    plan = SIMULATED_DEMO_PLAN if simulated else DEMO_PLAN
-    return [SIMULATED_DEMO if simulated else SIZED_TO_SHOW, *(f"warning: {w}" for w in plan_warnings(load_plan(plan)))]
+    """What the demo says before it measures: what its plan can show and what it cannot (GO), and why in numbers."""
+    plan = load_plan(SIMULATED_DEMO_PLAN if simulated else DEMO_PLAN)
+    opening = (SIMULATED_DEMO if simulated else SIZED_TO_SHOW).format(cannot=_cannot(plan))
+    return [opening, *(f"warning: {w}" for w in plan_warnings(plan))]
 
 
 def run_demo(

@@ -65,6 +65,28 @@ def api_key_from_env(env_name: str | None, named_by: str = "--api-key-env") -> s
     return value
 
 
+# The OpenAI SDK's variables: a base URL and a key given the way every OpenAI client takes them (issue 29).
+OPENAI_BASE_URL = "OPENAI_BASE_URL"
+OPENAI_API_KEY = "OPENAI_API_KEY"
+
+
+def server_api_key(env_name: str | None) -> str | None:
+    """The key sent to a server: the variable ``--api-key-env`` names, else ``OPENAI_API_KEY`` when it is set."""
+    if env_name:
+        return api_key_from_env(env_name)
+    return os.environ.get(OPENAI_API_KEY) or None
+
+
+def env_base_url() -> str | None:
+    """``OPENAI_BASE_URL`` when it is set, checked as a server URL (an error names the variable)."""
+    return url_option(os.environ.get(OPENAI_BASE_URL) or None, OPENAI_BASE_URL)
+
+
+def server_url(value: str | None, option: str = "--url") -> str | None:
+    """A server URL option, else ``OPENAI_BASE_URL`` when it is set; either checked, an error naming where it came from."""
+    return url_option(value, option) if value is not None else env_base_url()
+
+
 def describe(
     exc: ValidationError,
     names: Mapping[str, str] | None = None,

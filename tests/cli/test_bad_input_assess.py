@@ -66,7 +66,7 @@ CASES = [
     (["--url", "localhost:8000"], USAGE, "expected http(s)://host[:port]"),
     (["--url", "http://u:p@h:1"], USAGE, "credentials do not go in a URL"),
     (["--tokenizer", "/"], USAGE, "give exactly one of --tokenizer DIR or --url URL"),
-    (["--write-plan", "plan-out"], USAGE, "--write-plan needs --target-model"),
+    (["--write-plan", "plan-out"], USAGE, "--write-plan needs --target ("),
     (["--api-key-env", "SPECGUARD_TEST_UNSET_VAR"], USAGE, "--api-key-env SPECGUARD_TEST_UNSET_VAR: the variable is not set"),
     (["--unknown-option"], USAGE, "No such option: --unknown-option"),
 ]
@@ -159,7 +159,7 @@ def test_requests_out_in_a_missing_directory(cli: Cli, log: Path, tmp_path: Path
 def test_write_plan_exists(cli: Cli, log: Path, tmp_path: Path) -> None:
     (tmp_path / "next").mkdir()
     (tmp_path / "next" / "plan.yaml").write_text("keep: me\n")
-    cli.fails([*base(log), "--write-plan", tmp_path / "next", "--target-model", "m"], USAGE, "--write-plan: ", as_json=True)
+    cli.fails([*base(log), "--write-plan", tmp_path / "next", "--target", "m"], USAGE, "--write-plan: ", as_json=True)
     assert (tmp_path / "next" / "plan.yaml").read_text() == "keep: me\n"
 
 

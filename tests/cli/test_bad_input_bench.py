@@ -30,7 +30,7 @@ from tests.cli.helpers import (
 def base(out: Path) -> list[str]:
     return [
         "bench",
-        "--base-url",
+        "--url",
         DEAD,
         "--model",
         "m",
@@ -87,14 +87,14 @@ CASES = [
     (["--rate", ZERO], USAGE, "--rate: Input should be " + GT0),
     (["--rate", WORD], USAGE, "'--rate'"),
     # URLs
-    (["--base-url", "ftp://x"], USAGE, "--base-url ftp://x: expected http(s)://host[:port]"),
-    (["--base-url", "localhost:8000"], USAGE, "--base-url localhost:8000: expected http(s)://host[:port]"),
-    (["--base-url", "http://"], USAGE, "expected http(s)://host[:port]"),
-    (["--base-url", ""], USAGE, "expected http(s)://host[:port]"),
-    (["--base-url", "http://h:0"], USAGE, "port 0"),
-    (["--base-url", "http://h:99999"], USAGE, "--base-url http://h:99999: not a URL"),
-    (["--base-url", "http://u:p@h:1"], USAGE, "credentials do not go in a URL"),
-    (["--base-url", "http://h:1/?q=1"], USAGE, "without query"),
+    (["--url", "ftp://x"], USAGE, "--url ftp://x: expected http(s)://host[:port]"),
+    (["--url", "localhost:8000"], USAGE, "--url localhost:8000: expected http(s)://host[:port]"),
+    (["--url", "http://"], USAGE, "expected http(s)://host[:port]"),
+    (["--url", ""], USAGE, "expected http(s)://host[:port]"),
+    (["--url", "http://h:0"], USAGE, "port 0"),
+    (["--url", "http://h:99999"], USAGE, "--url http://h:99999: not a URL"),
+    (["--url", "http://u:p@h:1"], USAGE, "credentials do not go in a URL"),
+    (["--url", "http://h:1/?q=1"], USAGE, "without query"),
     (["--metrics-url", "ftp://x"], USAGE, "--metrics-url: expected http(s)://host[:port]"),
     (["--metrics-url", "http://h:0/metrics"], USAGE, "--metrics-url: port 0"),
     # choices and combinations
@@ -156,8 +156,8 @@ def test_required_option(cli: Cli, tmp_path: Path, missing: str) -> None:
 def test_no_base_url_and_no_openai_base_url(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     args = base(tmp_path / "run")
-    i = args.index("--base-url")
-    cli.fails(args[:i] + args[i + 2 :], USAGE, "--base-url: not given and OPENAI_BASE_URL is not set")
+    i = args.index("--url")
+    cli.fails(args[:i] + args[i + 2 :], USAGE, "--url: not given and OPENAI_BASE_URL is not set")
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))
@@ -197,6 +197,7 @@ def test_bad_prompt_line(cli: Cli, tmp_path: Path, text: str, fragment: str) -> 
     [
         ('[{"id": "a", "conversations": [{"from": "human", "value": "hi"}]}]', "sharegpt"),
         ('{"question_id": 1, "category": "qa", "turns": ["hi"]}\n', "spec-bench"),
+        ('{"question_id": 1, "category": "qa", "sub_category": "x", "difficulty": "hard", "turns": ["hi"]}\n', "speed-bench"),
     ],
 )
 def test_a_dataset_given_without_its_format_names_the_flag_that_reads_it(cli: Cli, tmp_path: Path, text: str, fmt: str) -> None:
@@ -263,7 +264,7 @@ VALID = [
     (["--burst", "1"], "--top-p", "0"),
     (["--duration", "0.5"], "--top-p", "0"),
     (["--metrics-url", "none"], "--top-p", "0"),
-    (["--base-url", "https://example.invalid:8443/v1"], "--top-p", "0"),
+    (["--url", "https://example.invalid:8443/v1"], "--top-p", "0"),
 ]
 
 

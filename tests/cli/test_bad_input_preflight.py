@@ -64,12 +64,12 @@ def test_config_file_that_is_not_json(cli: Cli, tmp_path: Path) -> None:
     cli.fails([*BASE, "--config", path], USAGE, f"{path}: line 1", as_json=True)
 
 
-@pytest.mark.parametrize("option", ["--python", "--vllm"])
+@pytest.mark.parametrize("option", ["--python", "--vllm-bin"])
 def test_interpreter_not_found(cli: Cli, tmp_path: Path, option: str) -> None:
     cli.fails([*BASE, option, tmp_path / "nope"], USAGE, f"{option} {tmp_path / 'nope'}: not found", as_json=True)
 
 
-@pytest.mark.parametrize("option", ["--python", "--vllm"])
+@pytest.mark.parametrize("option", ["--python", "--vllm-bin"])
 def test_interpreter_is_a_directory(cli: Cli, tmp_path: Path, option: str) -> None:
     cli.fails([*BASE, option, tmp_path], USAGE, f"{option} {tmp_path}: is a directory", as_json=True)
 

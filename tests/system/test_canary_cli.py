@@ -85,7 +85,7 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
         analysis=ANALYSIS,
     )
     state = tmp_path / "state.sqlite"
-    proc = start(rollout, "--exit-when-finished")
+    proc = start(rollout, "--exit-when-finished", "--json")
     wait_serving(proc, state)
     listen = yaml.safe_load(rollout.read_text())["listen"]
 
@@ -98,7 +98,7 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
         await task
 
     asyncio.run(asyncio.wait_for(load(), 90))
-    _, stderr = proc.communicate(timeout=30)
+    stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     doc = status(state)
     assert doc["state"] == "promoted" and doc["weight"] == 100.0 and doc["step"] == 1
@@ -111,6 +111,8 @@ def test_a_rollout_promotes_itself_and_status_events_and_report_say_how(pools, t
     assert [e["seq"] for e in lines] == list(range(len(lines)))
     jsonl = Path(f"{state}.events.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in jsonl] == lines, "the JSONL log and SQLite agree"
+    # run --json printed each event as it was appended: the same objects, one per line, nothing else on stdout
+    assert [json.loads(line) for line in stdout.splitlines()] == lines
     out = tmp_path / "report"
     r = specguard("canary", "report", str(state), "--out", str(out))
     assert r.returncode == 0, r.stderr
@@ -129,8 +131,10 @@ def test_manual_control_sigterm_and_resume_exit_with_the_shared_codes(pools, tmp
         paused = specguard("canary", "pause", str(rollout), env=with_token())
         assert paused.returncode == 0, paused.stderr
         assert "paused" in paused.stdout
-        again = specguard("canary", "pause", str(rollout), env=with_token())
+        again = specguard("canary", "pause", str(rollout), "--json", env=with_token())
         assert again.returncode == 1 and "already paused" in again.stderr
+        refused = json.loads(again.stdout)["error"]  # --json: a refusal in the shape of a failure, with its exit code
+        assert refused["exit_code"] == 1 and "already paused" in refused["message"]
         wrong = specguard("canary", "resume", str(rollout), env={**os.environ, TOKEN_ENV: "not-the-token"})
         assert wrong.returncode == 2 and "not-the-token" not in wrong.stderr
         assert status(state)["state"] == "paused"
@@ -152,8 +156,9 @@ def test_manual_control_sigterm_and_resume_exit_with_the_shared_codes(pools, tmp
         time.sleep(0.5)
         doc = status(state)
         assert doc["state"] == "paused" and doc["weight"] == 1.0
-        resumed = specguard("canary", "resume", str(rollout), env=with_token())
+        resumed = specguard("canary", "resume", str(rollout), "--json", env=with_token())
         assert resumed.returncode == 0, resumed.stderr
+        assert json.loads(resumed.stdout)["state"] != "paused"  # --json: the controller's answer
         rolled = specguard("canary", "rollback", str(rollout), env=with_token())
         assert rolled.returncode == 0 and "rolled_back at 0 %" in rolled.stdout
     finally:

@@ -36,7 +36,7 @@ def test_bench_contract_and_summary(scripted, tmp_path):
     out = tmp_path / "run"
     r = specguard(
         "bench",
-        "--base-url",
+        "--url",
         server.base_url,
         "--model",
         "scripted",
@@ -55,8 +55,10 @@ def test_bench_contract_and_summary(scripted, tmp_path):
         "--seed",
         "3",
         "--quiet",
+        "--json",
     )
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == json.loads((out / "summary.json").read_text())  # --json: the summary, nothing else
     lines = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert len(lines) == 12
     for rec in lines:

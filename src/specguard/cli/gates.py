@@ -13,8 +13,9 @@ import typer
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err, out
+from specguard.cli.renamed import renamed
 from specguard.errors import ExitCode
-from specguard.validation import api_key_from_env, input_path, text_option, url_option, version_option
+from specguard.validation import env_base_url, input_path, server_api_key, server_url, text_option, version_option
 
 
 class Arm(StrEnum):
@@ -32,15 +33,22 @@ class LogFormat(StrEnum):
 
 def preflight(
     python: Annotated[Path | None, typer.Option(help="Interpreter of the vLLM to inspect.")] = None,
-    vllm: Annotated[Path | None, typer.Option(help="A 'vllm' executable (or an interpreter) to inspect.")] = None,
+    vllm_bin: Annotated[
+        Path | None, typer.Option("--vllm-bin", help="A 'vllm' executable (or an interpreter) to inspect.")
+    ] = None,
+    vllm: Annotated[Path | None, typer.Option("--vllm", hidden=True, help="The old name of --vllm-bin.")] = None,
     vllm_version: Annotated[str | None, typer.Option(help="No vLLM here: apply specguard's rules for this version.")] = None,
     config: Annotated[str | None, typer.Option(help="Speculative config: JSON text or a file holding it.")] = None,
     command: Annotated[str | None, typer.Option(help="Lint a vllm serve line or systemd ExecStart= (text or file).")] = None,
     target: Annotated[Path | None, typer.Option(help="Local target model directory (config.json) for the checks.")] = None,
     tp: Annotated[int, typer.Option("--tp", min=1, help="Target tensor-parallel size.")] = 1,
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Target max model len.")] = None,
-    url: Annotated[str | None, typer.Option(help="A running server: /version, /v1/models, /metrics.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="A running server: /version, /v1/models, /metrics (default: $OPENAI_BASE_URL).")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the server's API key (default: OPENAI_API_KEY).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the report as JSON.")] = False,
 ) -> None:
     """Gate 0: which vLLM is installed, which speculation flags it accepts, and whether a config is valid for it.
@@ -55,11 +63,12 @@ def preflight(
     version_option(vllm_version)
     if python is None or os.sep in str(python) or not shutil.which(str(python)):  # a bare name runs from PATH
         input_path(python, "--python")
-    input_path(vllm, "--vllm")
+    vllm = renamed(vllm_bin, vllm, "--vllm-bin", "--vllm")
+    input_path(vllm, "--vllm-bin")
     input_path(target, "--target", directory=True)
     text_option(config, "--config")
     text_option(command, "--command")
-    url_option(url)
+    url = server_url(url)
     cfg = load_config(config) if config is not None else None
     argv = load_command(command) if command is not None else None
     report = run_preflight(
@@ -71,8 +80,8 @@ def preflight(
         target=target,
         tensor_parallel_size=tp,
         max_model_len=max_model_len,
-        url=url_option(url),
-        api_key=api_key_from_env(api_key_env),
+        url=url,
+        api_key=server_api_key(api_key_env),
     )
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -105,8 +114,13 @@ def plan(
     expected_concurrency: Annotated[int | None, typer.Option(help="Warn when speculation pushes it past KV capacity.")] = None,
     gate1: Annotated[Path | None, typer.Option(help="A 'specguard assess --json' report.")] = None,
     vllm_version: Annotated[str | None, typer.Option(help="Version to emit the config for (default: embedded).")] = None,
-    url: Annotated[str | None, typer.Option(help="A running server: set the prediction beside its num_gpu_blocks.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="A running server: set the prediction beside its num_gpu_blocks (default: $OPENAI_BASE_URL)."),
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the server's API key (default: OPENAI_API_KEY).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Gates 2 and 3: memory with and without speculation, a method recommendation and the config to use."""
@@ -138,11 +152,11 @@ def plan(
             expected_concurrency=expected_concurrency,
             gate1=gate1,
             vllm_version=vllm_version,
-            url=url,
+            url=url if url is not None else env_base_url(),  # a given --url is checked by PlanRequest
         ),
         PLAN_OPTIONS,
     )
-    report = build_plan(request, api_key_from_env(api_key_env))
+    report = build_plan(request, server_api_key(api_key_env))
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
@@ -157,14 +171,18 @@ inventory_app = typer.Typer(
 @inventory_app.callback(invoke_without_command=True)
 def inventory(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help="A running server to record.")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="A running server to record (default, without --command or --plan: $OPENAI_BASE_URL).")
+    ] = None,
     command: Annotated[str | None, typer.Option(help="A vllm serve line or systemd unit (text or file) to record.")] = None,
     config: Annotated[str | None, typer.Option(help="With --url: the server's speculative config (JSON or file).")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU type, for a server that is not on this machine.")] = None,
     plan_path: Annotated[Path | None, typer.Option("--plan", help="A check plan: record one of its arms.")] = None,
     arm: Annotated[Arm | None, typer.Option(help="With --plan: which arm.")] = None,
     runs: Annotated[list[Path] | None, typer.Option("--run", help="Benchmark run dirs for mean prompt/output tokens.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the server's API key (default: OPENAI_API_KEY).")
+    ] = None,
     out_path: Annotated[Path, typer.Option("--out", help="Where to write it (new, unless --force).")] = Path("inventory.json"),
     force: Annotated[bool, typer.Option("--force", metavar="", help="Replace an existing --out file.")] = False,
 ) -> None:
@@ -173,6 +191,8 @@ def inventory(
         return
     from specguard.inventory.request import InventoryRequest, PlanArm, build_inventory
 
+    if command is None and plan_path is None:  # the server is then the only thing to record
+        url = server_url(url)
     request = InventoryRequest(
         url=url,
         command=command,
@@ -182,7 +202,7 @@ def inventory(
         arm=arm.value if arm else None,
         runs=runs or [],
         # only a server is sent the key: a launch line alone needs none
-        api_key=api_key_from_env(api_key_env) if url is not None or plan_path is not None else None,
+        api_key=server_api_key(api_key_env) if url is not None or plan_path is not None else None,
         out_path=out_path,
         force=force,
     )
@@ -223,7 +243,10 @@ def inventory_diff(
 def assess(
     log: Annotated[Path, typer.Argument(help="Request log (JSONL): specguard, OpenAI pairs, ShareGPT or bench prompts.")],
     tokenizer: Annotated[Path | None, typer.Option(help="Local Hugging Face tokenizer directory.")] = None,
-    url: Annotated[str | None, typer.Option(help="Tokenize with a running server's /tokenize instead.")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Tokenize with a running server's /tokenize instead (default, without --tokenizer: $OPENAI_BASE_URL)."),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="With --url: the served model name.")] = None,
     log_format: Annotated[LogFormat, typer.Option("--format", help="The log's format.")] = LogFormat.auto,
     skip_bad: Annotated[
@@ -242,8 +265,11 @@ def assess(
     plan_json: Annotated[Path | None, typer.Option(help="A 'specguard plan --json' result: KV capacity and warnings.")] = None,
     write_plan: Annotated[Path | None, typer.Option(help="Write plan.yaml + prompts.jsonl for 'specguard check' here.")] = None,
     requests_out: Annotated[Path | None, typer.Option(help="Write each request's own replay here (JSONL).")] = None,
-    target_model: Annotated[str | None, typer.Option(help="With --write-plan: the model the plan launches.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the server's API key.")] = None,
+    target: Annotated[str | None, typer.Option("--target", help="With --write-plan: the target model the plan launches.")] = None,
+    target_model: Annotated[str | None, typer.Option("--target-model", hidden=True, help="The old name of --target.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable holding the server's API key (default: OPENAI_API_KEY).")
+    ] = None,
     force: Annotated[
         bool, typer.Option("--force", metavar="", help="Replace existing --write-plan and --requests-out files.")
     ] = False,
@@ -257,6 +283,8 @@ def assess(
     from specguard.workload.assess_request import AssessRequest, run_assessment
     from specguard.workload.render import print_assessment
 
+    if tokenizer is None:  # a server tokenizes only when no tokenizer is given
+        url = server_url(url)
     request = AssessRequest(
         log=log,
         tokenizer=tokenizer,
@@ -274,8 +302,8 @@ def assess(
         plan_json=plan_json,
         write_plan=write_plan,
         requests_out=requests_out,
-        target_model=target_model,
-        api_key=api_key_from_env(api_key_env) if url is not None else None,  # only a server is sent the key
+        target_model=renamed(target, target_model, "--target", "--target-model"),
+        api_key=server_api_key(api_key_env) if url is not None else None,  # only a server is sent the key
         force=force,
     )
     with CountProgress(err, show_progress(err, quiet), f"assessing {log.name}") as progress:

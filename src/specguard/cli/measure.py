@@ -11,6 +11,7 @@ from rich.console import Console
 
 from specguard.cli.exit import EXIT_CODES_EPILOG
 from specguard.cli.output import err
+from specguard.cli.renamed import renamed
 from specguard.errors import UsageError
 
 
@@ -85,9 +86,11 @@ def bench(
     ] = None,
     prompt_count: Annotated[int | None, typer.Option(help="Items of a synthetic set (default 64).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", metavar="", help="No progress display.")] = False,
-    base_url: Annotated[
-        str | None, typer.Option(help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL).")
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Server root or its /v1 URL, e.g. http://127.0.0.1:8000 (default: $OPENAI_BASE_URL)."),
     ] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", hidden=True, help="The old name of --url.")] = None,
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE metadata stored in run.json (repeatable).")] = None,
     header: Annotated[
         list[str] | None, typer.Option(help="NAME:VALUE sent on every request (repeatable); credentials never stored.")
@@ -101,6 +104,12 @@ def bench(
             help="Ask for token ids and keep each output's in requests.jsonl (and outputs.jsonl); may be sensitive.",
         ),
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", metavar="", help='Print summary.json\'s document instead of the table; on failure {"error": ...}.'
+        ),
+    ] = False,
 ) -> None:
     """Send a workload to an OpenAI-compatible endpoint and measure it, per token.
 
@@ -111,9 +120,11 @@ def bench(
     from specguard.loadgen.request import bench as run_bench_request
     from specguard.loadgen.runner import ProgressSink
     from specguard.report.render.terminal import RichProgress, print_summaries, show_progress
+    from specguard.results.store import dumps
     from specguard.validation import api_key_from_env, given, options
 
-    base_url, api_key = openai_env_defaults(base_url, api_key_from_env(api_key_env), api_key_env is not None)
+    url = renamed(url, base_url, "--url", "--base-url")
+    base_url, api_key = openai_env_defaults(url, api_key_from_env(api_key_env), api_key_env is not None)
     request = options(
         BenchRequest,
         given(
@@ -163,6 +174,10 @@ def bench(
     finally:
         if isinstance(progress, RichProgress):
             progress.close()
+    if as_json:  # one document on stdout: the summary, or the error that a failed run ends with
+        raise_for_outcome(summary, out)
+        print(dumps(summary))
+        return
     print_summaries(Console(), {out.name or "run": summary})
     raise_for_outcome(summary, out)
 

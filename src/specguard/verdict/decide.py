@@ -501,9 +501,12 @@ def crossovers(cells: Sequence[CellComparison], higher_is_better: bool) -> list[
     The crossover lies in [the last load where it paid, the first above it where it did not]; a sweep's
     bisection measures loads inside that bracket, so it narrows as the sweep goes on.
     """
-    return [
+    return [crossover_text(x) for x in crossover_brackets(cells, higher_is_better)]
+
+
+def crossover_text(x: Crossover) -> str:
+    return (
         f"{x.sampling} / {x.segment}: speculation stops paying at '{x.unpaid_traffic}' (offered load "
         f"{x.unpaid_load:g}): {x.unpaid_status}; it paid at '{x.paid_traffic}' ({x.paid_load:g}): "
         f"the crossover lies between offered load {x.paid_load:g} and {x.unpaid_load:g}"
-        for x in crossover_brackets(cells, higher_is_better)
-    ]
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
-from specguard.verdict.decide import cell_status
+from specguard.verdict.decide import cell_status, crossover_brackets, crossover_text
 from specguard.verdict.model import CellComparison
 
 
@@ -27,10 +27,30 @@ def help_hurt_lines(cells: Sequence[CellComparison], higher_is_better: bool, rat
 
     ``rate_levels``: the traffic levels whose offered load is requests/s (QPS); any other load is named as such.
     """
+    return list(_help_hurt(cells, higher_is_better, rate_levels).values())
+
+
+def crossover_lines(cells: Sequence[CellComparison], higher_is_better: bool, rate_levels: Collection[str]) -> list[str]:
+    """One crossover line per sampling x segment: its help/hurt range where it has one, else its first bracket.
+
+    Both say where speculation stops paying; printed together they said it twice for the same group (issue 29).
+    """
+    ranges = _help_hurt(cells, higher_is_better, rate_levels)
+    brackets = {
+        (x.sampling, x.segment): crossover_text(x)
+        for x in crossover_brackets(cells, higher_is_better)
+        if (x.sampling, x.segment) not in ranges
+    }
+    return [*ranges.values(), *brackets.values()]
+
+
+def _help_hurt(
+    cells: Sequence[CellComparison], higher_is_better: bool, rate_levels: Collection[str]
+) -> dict[tuple[str, str], str]:
     groups: dict[tuple[str, str], list[CellComparison]] = defaultdict(list)
     for c in cells:
         groups[(c.sampling, c.segment)].append(c)
-    out = []
+    out: dict[tuple[str, str], str] = {}
     for (sampling, segment), group in groups.items():
         group = sorted(group, key=lambda c: c.offered_load)
         status = [cell_status(c, higher_is_better) for c in group]
@@ -51,5 +71,5 @@ def help_hurt_lines(cells: Sequence[CellComparison], higher_is_better: bool, rat
         )
         named = [i for i, st in enumerate(status) if st == "inconclusive" or low < i < high]
         others = [f"{_load(group[i].offered_load, qps)} {status[i]}" for i in named]
-        out.append(line + (f" (not in either: {', '.join(others)})" if others else ""))
+        out[(sampling, segment)] = line + (f" (not in either: {', '.join(others)})" if others else "")
     return out

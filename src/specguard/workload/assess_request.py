@@ -83,7 +83,7 @@ def _check_options(req: AssessRequest) -> None:
     input_path(req.python, "--python")
     finite(req.capacity_rps, "--capacity-rps", positive=True)
     if req.write_plan is not None and req.target_model is None:
-        raise OptionError("--write-plan needs --target-model (the model the plan launches)")
+        raise OptionError("--write-plan needs --target (the model the plan launches)")
     if not req.force:
         refuse_existing([req.write_plan / name for name in PLAN_FILES] if req.write_plan else [], "--write-plan")
         refuse_existing([req.requests_out] if req.requests_out else [], "--requests-out")

@@ -109,3 +109,32 @@ def test_the_ecdf_keeps_every_value_of_the_tail_and_thins_the_body():
     assert all(a <= b for a, b in zip(e.x, e.x[1:])) and all(a < b for a, b in zip(e.y, e.y[1:]))
     assert (e.p95, e.p99) == tuple(np.percentile(values, [95, 99]))
     assert ecdf([]) is None
+
+
+def test_forest_rows_are_coloured_by_their_interval_and_the_deciding_ones_marked_apart():
+    """Issue 29: a clear regression at a level no reason names was drawn black beside the red deciding rows."""
+    from specguard.report.model.data import Forest, ForestRow
+    from specguard.report.render.html import EFFECT_COLORS, forest_plot
+
+    a = cell(ratio(0.7, 0.6, 0.8))
+    b = cell(ratio(1.4, 1.2, 1.6)).model_copy(update={"traffic": "burst", "target": False})
+    c = cell(ratio(1.0, 0.9, 1.1)).model_copy(update={"traffic": "idle", "target": False})
+    reasons = [Reason(code="objective_worse", cell=b.name, metric="p95 itl_ms", text="worse")]
+    f = forest([a, b, c], "p95 itl_ms", False, 0.1, {}, reasons)
+    effects = {r.cell: r.effect for r in f.rows}
+    assert effects == {a.name: "improvement", b.name: "regression", c.name: "neither"}
+    # throughput: higher is better, so the same interval above 1 is an improvement
+    assert forest([b], "output_tokens_per_s", True, 0.1, {}, []).rows[0].effect == "improvement"
+    fig = _plotly_figure("<html>" + forest_plot(f), "forest")
+    drawn = {y: t for t in fig["data"] for y in t["y"]}
+    assert drawn[b.name]["marker"]["color"] == EFFECT_COLORS["regression"]
+    assert drawn[f"{a.name} (target)"]["marker"]["color"] == EFFECT_COLORS["improvement"]
+    assert drawn[c.name]["marker"]["color"] == EFFECT_COLORS["neither"]
+    assert drawn[b.name]["marker"]["symbol"] == "diamond" and drawn[c.name]["marker"]["symbol"] == "circle"
+    # a regression no reason names is red too, and not marked as deciding
+    undecided = Forest.model_validate(
+        f.model_dump() | {"rows": [r.model_copy(update={"deciding": False}) for r in f.rows if r.cell == b.name]}
+    )
+    (t,) = _plotly_figure("<html>" + forest_plot(undecided), "forest")["data"]
+    assert t["marker"]["color"] == EFFECT_COLORS["regression"] and t["marker"]["symbol"] == "circle"
+    assert isinstance(f.rows[0], ForestRow)

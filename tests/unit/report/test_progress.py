@@ -41,6 +41,47 @@ def test_a_count_without_a_total_is_drawn_without_none() -> None:
     assert "None" not in text and "41" in text and "0/2" in text
 
 
+def test_timed_levels_at_a_rate_give_an_expected_total_with_an_eta() -> None:
+    """demo --simulated's levels are timed at a rate: the total is their expected arrivals, drawn as about (issue 29)."""
+    from specguard.check.plan import load_plan
+    from specguard.check.runner import requests_to_run, resolve_plan
+    from specguard.demo import SIMULATED_DEMO_PLAN
+
+    plan = load_plan(SIMULATED_DEMO_PLAN)
+    resolved = resolve_plan(plan, SIMULATED_DEMO_PLAN)
+    assert requests_to_run(resolved, plan.levels, [1]) is None  # timed: no count
+    expected = requests_to_run(resolved, plan.levels, [1], expected=True)
+    per_rep = sum(t.num_requests or round((t.rate or 0) * (t.duration_s or 0)) for t in plan.levels)
+    assert expected == per_rep * len(plan.sampling) * len(plan.prompts) and expected > 0
+    buf = io.StringIO()
+    p = RichCheckProgress(Console(file=buf, force_terminal=True, width=160))
+    p.matrix_started(2, 8, None)
+    p.requests_expected(expected)
+    for _ in range(41):
+        p.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    p.close()
+    task = next(t for t in p.progress.tasks if t.description == "requests")
+    assert task.total == expected and task.time_remaining is not None  # a total, so rich can estimate the rest
+    assert f"41/~{expected}" in buf.getvalue()
+
+
+def test_a_timed_bench_says_the_time_left_of_its_duration() -> None:
+    from specguard.report.render.terminal import RichProgress
+
+    buf = io.StringIO()
+    p = RichProgress(Console(file=buf, force_terminal=True, width=200))
+    p.started(None, 60.0)
+    p.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    p.close()
+    text = buf.getvalue()
+    assert "None" not in text and "s of --duration left" in text
+    counted = RichProgress(Console(file=io.StringIO(), force_terminal=True, width=200))
+    counted.started(10, None)
+    counted.finished(RecordWritten(seq=0, ok=True, output_tokens=3))
+    counted.close()
+    assert counted.progress.tasks[0].fields["left"] == "" and counted.progress.tasks[0].total == 10  # a count: rich ETA
+
+
 def test_progress_is_off_when_quiet_or_not_a_terminal() -> None:
     assert show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=False)
     assert not show_progress(Console(file=io.StringIO(), force_terminal=True), quiet=True)

@@ -43,3 +43,15 @@ def test_a_load_that_is_not_a_rate_is_not_called_qps():
 def test_higher_is_better_objectives_read_the_ratio_the_other_way():
     cells = _levels((1, WORSE), (8, BETTER))  # a throughput ratio above 1 is better
     assert help_hurt_lines(cells, True, {"qps1", "qps8"}) == ["prod / chat: speculation helps up to QPS 1, hurts from QPS 8"]
+
+
+def test_the_crossover_is_said_once_per_group_by_its_range_else_by_its_bracket():
+    from specguard.verdict.load_range import crossover_lines
+
+    crossing = _levels((1, BETTER), (4, BETTER), (8, WORSE))
+    rates = {c.traffic for c in crossing}
+    # both the range and the bracket exist for this group: only the range is said (it was said twice, issue 29)
+    assert crossover_lines(crossing, False, rates) == ["prod / chat: speculation helps up to QPS 4, hurts from QPS 8"]
+    # paid, then no detectable difference: no range, so the bracket says it
+    (line,) = crossover_lines(_levels((1, BETTER), (4, SAME)), False, rates)
+    assert "stops paying at 'qps4'" in line and "between offered load 1 and 4" in line

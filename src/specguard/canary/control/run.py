@@ -49,7 +49,7 @@ from specguard.canary.spec.engine import HAProxyEngine, ProxyEngine
 from specguard.canary.spec.metrics import PrometheusMetrics
 from specguard.canary.spec.rollout import Rollout, split_listen
 from specguard.canary.spec.vocabulary import PoolName
-from specguard.canary.state.records import CanaryStatus, ProxiedRequest
+from specguard.canary.state.records import CanaryEvent, CanaryStatus, ProxiedRequest
 from specguard.canary.state.store import CanaryStore, StoreMeta
 from specguard.errors import OptionError, ServerError
 from specguard.server_metrics.prometheus_api import PrometheusApi
@@ -82,6 +82,18 @@ async def _site(
     return runner
 
 
+def _also(first: Callable[[CanaryEvent], None], then: Callable[[CanaryEvent], None] | None) -> Callable[[CanaryEvent], None]:
+    """One event observer, then another (the controller's series, then the command line's printer) when there is one."""
+    if then is None:
+        return first
+
+    def both(event: CanaryEvent) -> None:
+        first(event)
+        then(event)
+
+    return both
+
+
 async def run_canary(
     rollout: Rollout,
     *,
@@ -90,7 +102,9 @@ async def run_canary(
     exit_when_finished: bool = False,
     drain_s: float = 30.0,
     stop: asyncio.Event | None = None,
+    on_event: Callable[[CanaryEvent], None] | None = None,
 ) -> CanaryOutcome:
+    """``on_event``: called with each event as it is appended (``canary run --json`` prints them), after the series."""
     token = read_token(rollout.admin)  # refused before anything starts
     admin_tls = admin_ssl_context(rollout.admin)
     if (plain := remote_without_tls_warning(rollout.admin)) is not None:
@@ -100,6 +114,7 @@ async def run_canary(
     state_path = Path(rollout.state.path)
     meta = StoreMeta(rollout_name=rollout.name, rollout=rollout.stored(), created_unix=time.time())
     store = CanaryStore.create_or_open(state_path, meta)
+    store.on_event = on_event
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -131,7 +146,7 @@ async def run_canary(
             return CanaryOutcome(status=status, interrupted=stop.is_set())
         registry = CollectorRegistry()
         # The weights, step and decisions are the proxy's series; the events and the evidence are the controller's.
-        store.on_event = ControllerSeries(registry, weights=False).observe
+        store.on_event = _also(ControllerSeries(registry, weights=False).observe, store.on_event)
         holder: list[CanaryController] = []
 
         def on_record(record: ProxiedRequest) -> None:
@@ -256,7 +271,8 @@ async def _run_with_engine(
     )
     # No proxy exports anything here: the controller's own series are all the admin API's /metrics has.
     registry = CollectorRegistry()
-    store.on_event = ControllerSeries(registry, weights=True, has_control=rollout.pools.control is not None).observe
+    series = ControllerSeries(registry, weights=True, has_control=rollout.pools.control is not None)
+    store.on_event = _also(series.observe, store.on_event)
     controller = CanaryController(rollout, store, router, evidence, log=log, drain_s=drain_s, annotations=annotations)
     admin_runner = await _site(
         admin_app(controller, token, registry, log),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from specguard.report.model.data import Forest, ForestRow
 from specguard.verdict import CellComparison, Reason
@@ -22,8 +23,10 @@ __all__ = ["REPORT_DEFINITIONS", "deciding_cells", "deciding_line", "forest"]
 REPORT_DEFINITIONS = {
     "forest plot": "one row per cell, one panel per metric (the objective, P99 E2E, P99 TTFT): the ratio candidate / "
     "baseline and its 95 % interval; dotted at x1 (no change), dashed at the line it is held to (1 - min_improvement "
-    "for a lower-is-better objective, 1 + it for a higher-is-better one, 1 + the budget for a guardrail); red rows "
-    "are those the verdict's reasons name. The error rate (a difference, not a ratio) is in the tables",
+    "for a lower-is-better objective, 1 + it for a higher-is-better one, 1 + the budget for a guardrail); a row is red "
+    "where its interval is wholly on the worse side of 1 (a regression), green wholly on the better side, grey "
+    "otherwise; the rows the verdict's reasons name are drawn as large diamonds with a black outline. "
+    "The error rate (a difference, not a ratio) is in the tables",
     "deciding cells": "the cells, traffic levels or the whole check, with the metrics, named by the verdict's "
     "first-rank reasons (not the 'also:' ones)",
     "ECDF": "empirical cumulative distribution: the fraction of values <= x, x on a log axis; drawn from every value "
@@ -61,6 +64,14 @@ def deciding_line(reasons: Sequence[Reason]) -> str | None:
     return "decided at " + "; ".join(parts)
 
 
+def interval_effect(ci_low: float, ci_high: float, higher_is_better: bool) -> Literal["regression", "improvement", "neither"]:
+    """What a ratio's interval says against no change: wholly on the worse side of 1, wholly on the better, or neither."""
+    above, below = ci_low > 1.0, ci_high < 1.0
+    if not (above or below):
+        return "neither"
+    return "improvement" if above == higher_is_better else "regression"
+
+
 def forest(
     cells: Sequence[CellComparison],
     objective: str,
@@ -94,6 +105,7 @@ def forest(
                     limit=limits[metric],
                     target=c.target,
                     deciding=metric in deciding.get(c.name, []),
+                    effect=interval_effect(r.ci_low, r.ci_high, higher_is_better and metric == objective),
                 )
             )
     return Forest(metrics=list(limits), limits=limits, limit_labels=labels, rows=rows)

@@ -94,6 +94,7 @@ class LoadSeries(BaseModel):
     objective: list[float]
     p99_e2e: list[float]
     load: list[float] = Field(default_factory=list, description="offered load of each point, the chart's x")
+    traffic: list[str] = Field(default_factory=list, description="each point's traffic level (Charts.rate_levels: its unit)")
     # each point's 95% interval (the arm's own bootstrap interval of that percentile)
     objective_ci: list[tuple[float, float]] = Field(default_factory=list)
     p99_e2e_ci: list[tuple[float, float]] = Field(default_factory=list)
@@ -130,6 +131,8 @@ class ForestRow(BaseModel):
     limit: float  # the objective's 1 -/+ min improvement, or a guardrail's 1 + budget
     target: bool
     deciding: bool  # a reason of the verdict names this cell and metric
+    # what the interval says against no change (1), whoever decided: a clear regression is one wherever it is
+    effect: Literal["regression", "improvement", "neither"] = "neither"
 
 
 class Forest(BaseModel):
@@ -186,6 +189,9 @@ class Charts(BaseModel):
     gauges: list[GaugeTrace]
     gpu: list[GpuPanel] = Field(default_factory=list)
     crossovers: list[Crossover] = Field(default_factory=list, description="marked on the latency-versus-load chart")
+    rate_levels: list[str] = Field(
+        default_factory=list, description="traffic levels whose offered load is requests/s; the others' is requests in flight"
+    )
     forest: Forest | None = None
 
 

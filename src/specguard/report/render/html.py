@@ -30,6 +30,7 @@ __all__ = ["CHART_IDS", "COLORS", "TEMPLATES", "chart_div", "render_html", "rend
 CHART_IDS = ("forest", "latency-vs-load", "distributions", "acceptance", "server-gauges", "gpu-panels")
 
 COLORS = {"baseline": "#636efa", "candidate": "#ef553b", "control": "#00cc96"}
+EFFECT_COLORS = {"regression": "#c62828", "improvement": "#2e7d32", "neither": "#9e9e9e"}
 TEMPLATES = Path(__file__).with_name("templates")
 TEMPLATE = TEMPLATES / "report.html.j2"
 
@@ -55,34 +56,85 @@ def _error_bars(values: list[float], ci: list[tuple[float, float]]) -> dict[str,
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "thickness": 1}
 
 
+LOAD_AXES = {True: "offered load (requests/s)", False: "offered load (requests in flight)"}
+
+
+def _load_rows(c: Charts) -> list[bool | None]:
+    """The chart's rows by the unit of their x: requests/s (True), requests in flight (False), apart when a plan has
+    both (one axis for both drew a rate of 8 beside a concurrency of 8 as the same load); None: older data, unknown."""
+    if not any(s.traffic for s in c.load_series):
+        return [None]
+    kinds = {t in c.rate_levels for s in c.load_series for t in s.traffic}
+    return [k for k in (True, False) if k in kinds] or [None]
+
+
 def latency_vs_load(c: Charts) -> str:
-    """Both arms over offered load, each point with its 95% interval; each crossover's bracket shaded and named."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(c.objective_title, "p99 e2e_ms"))
+    """Both arms over offered load, each point with its 95% interval; each crossover's bracket shaded and named.
+
+    Rate levels and concurrency levels are drawn in rows of their own, each axis saying its unit; a crossover's
+    label is an annotation of its own (a shape's empty one showed plotly's placeholder "new text"), one per bracket,
+    each a line lower than the one before so that two labels never overlap.
+    """
+    rows = _load_rows(c)
+    units = {None: "", True: " (requests/s)", False: " (in flight)"}
+    titles = [t + units[kind] for kind in rows for t in (c.objective_title, "p99 e2e_ms")]
+    fig = make_subplots(rows=len(rows), cols=2, subplot_titles=titles)
     for s in c.load_series:
         line = {"color": COLORS[s.arm], "dash": "solid" if s.arm == "candidate" else "dot"}
         name = f"{s.arm} {s.sampling}/{s.segment}"
         x: list[float] | list[str] = s.load if len(s.load) == len(s.x) else s.x
-        hover = "%{text}: %{y:.2f}<extra>" + name + "</extra>"
-        common = {"x": x, "text": s.x, "hovertemplate": hover, "line": line, "legendgroup": s.arm, "mode": "lines+markers"}
-        fig.add_trace(go.Scatter(y=s.objective, name=name, error_y=_error_bars(s.objective, s.objective_ci), **common), 1, 1)
-        fig.add_trace(go.Scatter(y=s.p99_e2e, showlegend=False, error_y=_error_bars(s.p99_e2e, s.p99_e2e_ci), **common), 1, 2)
-    for cross in c.crossovers:
-        label = f"crossover {cross.sampling}/{cross.segment}: {cross.paid_load:g} to {cross.unpaid_load:g}"
-        for col in (1, 2):
-            fig.add_vrect(
-                x0=cross.paid_load,
-                x1=cross.unpaid_load,
-                fillcolor="#f5b041",
-                opacity=0.25,
-                line_width=0,
-                row=1,
-                col=col,
-                annotation_text=label if col == 1 else None,
-                annotation_position="top left",
+        for row, kind in enumerate(rows, start=1):
+            idx = [i for i in range(len(s.x)) if kind is None or (s.traffic[i] in c.rate_levels) == kind]
+            if not idx:
+                continue
+            hover = "%{text}: %{y:.2f}<extra>" + name + "</extra>"
+            common = {
+                "x": [x[i] for i in idx],
+                "text": [s.x[i] for i in idx],
+                "hovertemplate": hover,
+                "line": line,
+                "legendgroup": s.arm,
+                "mode": "lines+markers",
+            }
+            objective, p99 = [s.objective[i] for i in idx], [s.p99_e2e[i] for i in idx]
+            objective_ci = [s.objective_ci[i] for i in idx] if len(s.objective_ci) == len(s.x) else []
+            p99_ci = [s.p99_e2e_ci[i] for i in idx] if len(s.p99_e2e_ci) == len(s.x) else []
+            first = row == 1
+            fig.add_trace(
+                go.Scatter(y=objective, name=name, showlegend=first, error_y=_error_bars(objective, objective_ci), **common),
+                row,
+                1,
             )
+            fig.add_trace(go.Scatter(y=p99, showlegend=False, error_y=_error_bars(p99, p99_ci), **common), row, 2)
+    brackets: dict[tuple[float, float, int], list[str]] = {}
+    for cross in c.crossovers:
+        kind = cross.unpaid_traffic in c.rate_levels
+        if rows != [None] and kind != (cross.paid_traffic in c.rate_levels):
+            continue  # a bracket from a rate to a concurrency has no place on either axis; the verdict's text says it
+        row = rows.index(kind) + 1 if kind in rows else 1
+        brackets.setdefault((cross.paid_load, cross.unpaid_load, row), []).append(f"{cross.sampling}/{cross.segment}")
+    labels_in_row: dict[int, int] = {}
+    for (paid, unpaid, row), groups in brackets.items():
+        i = labels_in_row[row] = labels_in_row.get(row, -1) + 1
+        for col in (1, 2):
+            fig.add_vrect(x0=paid, x1=unpaid, fillcolor="#f5b041", opacity=0.25, line_width=0, row=row, col=col)
+        fig.add_annotation(
+            x=paid,
+            y=1,
+            xref=f"x{2 * row - 1 if row > 1 else ''}",
+            yref=f"y{2 * row - 1 if row > 1 else ''} domain",
+            text=f"crossover {', '.join(groups)}: {paid:g} to {unpaid:g}",
+            showarrow=False,
+            xanchor="left",
+            yanchor="top",
+            yshift=-16 * i,  # one line below the label before it
+        )
     fig.update_layout(title="Latency versus offered load (95% intervals; a crossover's bracket shaded)")
-    fig.update_xaxes(title_text="offered load (requests/s, or requests in flight)")
-    return chart_div(fig, "latency-vs-load")
+    for row, kind in enumerate(rows, start=1):
+        fig.update_xaxes(
+            title_text="offered load (requests/s, or requests in flight)" if kind is None else LOAD_AXES[kind], row=row
+        )
+    return chart_div(fig, "latency-vs-load", height=360 * len(rows))
 
 
 def _row_label(cell: str, target: bool) -> str:
@@ -91,7 +143,9 @@ def _row_label(cell: str, target: bool) -> str:
 
 def forest_plot(f: Forest | None) -> str:
     """One panel per metric (the objective, then each ratio guardrail), one row per cell: the ratio and its 95 %
-    interval, x = 1 dotted, the minimum improvement or budget dashed; rows a reason of the verdict names in red."""
+    interval, x = 1 dotted, the minimum improvement or budget dashed. A row's colour is what its interval says
+    (regression red, improvement green, neither grey), wherever it is; the rows the verdict names are large
+    outlined diamonds: a clear regression at a level no reason names was drawn black beside red deciding rows."""
     fig = make_subplots(
         rows=1,
         cols=max(len(f.metrics), 1) if f else 1,
@@ -102,33 +156,43 @@ def forest_plot(f: Forest | None) -> str:
         fig.add_annotation(text="no cell has a ratio with an interval", showarrow=False)
         return chart_div(fig, "forest")
     labels = list(dict.fromkeys(_row_label(r.cell, r.target) for r in f.rows))
+    shown: set[str] = set()  # one legend entry per colour and mark, not per panel
     for col, metric in enumerate(f.metrics, start=1):
         rows = [r for r in f.rows if r.metric == metric]
-        for deciding in (False, True):
-            sel = [r for r in rows if r.deciding == deciding]
-            if not sel:
-                continue
-            fig.add_trace(
-                go.Scatter(
-                    x=[r.ratio for r in sel],
-                    y=[_row_label(r.cell, r.target) for r in sel],
-                    mode="markers",
-                    marker={"color": "#c62828" if deciding else "#333", "size": 9, "symbol": "diamond" if deciding else "circle"},
-                    error_x={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [r.ci_high - r.ratio for r in sel],
-                        "arrayminus": [r.ratio - r.ci_low for r in sel],
-                    },
-                    text=[fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high) for r in sel],
-                    hovertemplate="%{y}<br>%{text}<extra>" + metric + "</extra>",
-                    name="deciding cell" if deciding else "cell",
-                    legendgroup="deciding" if deciding else "cell",
-                    showlegend=col == 1,
-                ),
-                1,
-                col,
-            )
+        for effect in EFFECT_COLORS:
+            for deciding in (False, True):
+                sel = [r for r in rows if r.deciding == deciding and r.effect == effect]
+                if not sel:
+                    continue
+                name = f"{effect}{', named by the verdict' if deciding else ''}"
+                fig.add_trace(
+                    go.Scatter(
+                        x=[r.ratio for r in sel],
+                        y=[_row_label(r.cell, r.target) for r in sel],
+                        mode="markers",
+                        marker={
+                            "color": EFFECT_COLORS[effect],
+                            "size": 13 if deciding else 9,
+                            "symbol": "diamond" if deciding else "circle",
+                            "line": {"color": "#000", "width": 2 if deciding else 0},
+                        },
+                        error_x={
+                            "type": "data",
+                            "symmetric": False,
+                            "array": [r.ci_high - r.ratio for r in sel],
+                            "arrayminus": [r.ratio - r.ci_low for r in sel],
+                            "color": EFFECT_COLORS[effect],
+                        },
+                        text=[fmt_ratio_ci(r.ratio, r.ci_low, r.ci_high) for r in sel],
+                        hovertemplate="%{y}<br>%{text}<extra>" + metric + "</extra>",
+                        name=name,
+                        legendgroup=name,
+                        showlegend=name not in shown,
+                    ),
+                    1,
+                    col,
+                )
+                shown.add(name)
         fig.add_vline(x=1.0, line={"dash": "dot", "color": "#888"}, row=1, col=col)
         fig.add_vline(x=f.limits[metric], line={"dash": "dash", "color": "#ef6c00"}, row=1, col=col)
         fig.update_xaxes(title_text="candidate / baseline", row=1, col=col)

@@ -179,7 +179,8 @@ class CountColumn(ProgressColumn):
         self.suffix = suffix
 
     def render(self, task: Task) -> Text:
-        done = f"{int(task.completed)}" if task.total is None else f"{int(task.completed)}/{int(task.total)}"
+        about = "~" if task.fields.get("about") else ""  # an expected total (timed levels at a rate), not a count
+        done = f"{int(task.completed)}" if task.total is None else f"{int(task.completed)}/{about}{int(task.total)}"
         return Text(done + self.suffix.format(task=task))
 
 
@@ -191,19 +192,22 @@ class RichProgress(ProgressSink):
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             CountColumn(" done, {task.fields[failed]} failed"),
-            TextColumn("{task.fields[rate]:.2f} req/s, {task.fields[tps]:.0f} tok/s"),
+            TextColumn("{task.fields[rate]:.2f} req/s, {task.fields[tps]:.0f} tok/s{task.fields[left]}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=console,
         )
-        self.task = self.progress.add_task("bench", total=None, failed=0, rate=0.0, tps=0.0)
+        self.task = self.progress.add_task("bench", total=None, failed=0, rate=0.0, tps=0.0, left="")
         self.t0 = time.monotonic()
         self.done = 0
         self.failed = 0
         self.tokens = 0
+        self.duration_s: float | None = None
 
     def started(self, total: int | None, duration_s: float | None) -> None:
         self.t0 = time.monotonic()
+        # A timed run has no count to divide by: its ETA is the time left of its --duration (rich's column needs a total)
+        self.duration_s = duration_s if total is None else None
         self.progress.update(self.task, total=total)
         self.progress.start()
 
@@ -212,8 +216,9 @@ class RichProgress(ProgressSink):
         self.failed += 0 if progress.ok else 1
         self.tokens += progress.output_tokens
         elapsed = max(time.monotonic() - self.t0, 1e-9)
+        left = "" if self.duration_s is None else f", {max(self.duration_s - elapsed, 0):.0f} s of --duration left"
         self.progress.update(
-            self.task, completed=self.done, failed=self.failed, rate=self.done / elapsed, tps=self.tokens / elapsed
+            self.task, completed=self.done, failed=self.failed, rate=self.done / elapsed, tps=self.tokens / elapsed, left=left
         )
 
     def close(self) -> None:
@@ -243,6 +248,9 @@ class RichCheckProgress(MatrixProgress):
         self.progress.update(self.runs, total=runs)
         self.progress.update(self.requests, total=requests)
         self.progress.start()
+
+    def requests_expected(self, requests: int) -> None:
+        self.progress.update(self.requests, total=requests, about=True)  # a total, so the bar and the ETA are drawn
 
     def block_started(self, name: str) -> None:
         self.progress.update(self.blocks, now=name)
