@@ -3,8 +3,8 @@
 Checked at both ends: every request the client sent is in the controller's records exactly once, both processes
 served some (worker k numbers its requests k, k + 2, ...: ``seq % 2``), each keyed request went to the pool its key
 hashes to at the weights in effect (control pool included), a rollback reaches both processes before the admin call
-returns, a SIGTERM drains both under the one deadline with the cut streams counted, and a controller killed with
-SIGKILL leaves no worker behind.
+returns, a SIGTERM drains both under the one deadline with the cut streams counted, a worker that dies is an engine
+failure the controller reports, and a controller killed with SIGKILL leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -12,17 +12,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 
 from specguard.canary.proxy.server import CUT_AT_SHUTDOWN
 from specguard.canary.proxy.split import choose_pool, key_hash
+from specguard.canary.state.store import CanaryStore
 from tests.canary_harness import TOKEN, TOKEN_ENV, CanaryRun, drive, running, user_keys, write_rollout
 from tests.helpers import descendants, wait_gone
 
@@ -76,9 +80,13 @@ async def test_two_workers_split_alike_report_every_request_once_and_drain_toget
     assert stopped.details["cut_at_shutdown"] == 8 and "8 stream(s) cut at shutdown" in stopped.reasons[0]
 
 
-def test_a_controller_killed_with_sigkill_leaves_no_worker(scripted, tmp_path: Path) -> None:
+def test_a_dead_worker_is_an_engine_failure_and_a_killed_controller_leaves_no_worker(scripted, tmp_path: Path) -> None:
+    """``canary run`` as a process with ``workers: 3``. A worker killed with SIGKILL is reported as HAProxy unreachable
+    is: the next read-back cannot ask it, and the rollout pauses naming the process, while the others serve on. Then
+    the controller itself is killed with SIGKILL: no worker outlives it."""
     pools = {name: [scripted(**SCRIPT).base_url] for name in ("baseline", "candidate")}
-    rollout = write_rollout(tmp_path, pools, workers=2, analysis=QUIET)
+    rollout = write_rollout(tmp_path, pools, workers=3, analysis={"window_s": 1.0, "min_samples": 10})
+    state = tmp_path / "state.sqlite"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specguard", "canary", "run", str(rollout)],
         env={**os.environ, TOKEN_ENV: TOKEN},
@@ -87,20 +95,52 @@ def test_a_controller_killed_with_sigkill_leaves_no_worker(scripted, tmp_path: P
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        workers: set[int] = set()
-        while not workers:
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no proxy worker started"
-            time.sleep(0.2)
-            workers = {p for p in descendants(proc.pid) if b"specguard.canary.proxy.worker" in _cmdline(p)}
+        doc = yaml.safe_load(rollout.read_text())
+        workers = _workers_of(proc, 2, doc["admin"]["listen"])
+        victim = min(workers)
+        os.kill(victim, signal.SIGKILL)
+        reasons = _engine_event(proc, state)
+        assert re.search(rf"proxy worker \d \(pid {victim}\) exited with code -9", reasons), reasons
+        assert reasons.endswith("paused"), reasons
+        tally = asyncio.run(drive(f"http://{doc['listen']}", requests=20, concurrency=4, max_tokens=4, tag="after"))
+        assert tally.ok == tally.sent == 20, tally.errors  # the controller's process and the live worker serve on
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-        assert not wait_gone(workers, 15), "a proxy worker outlived its controller"
+        assert not wait_gone(workers - {victim}, 15), "a proxy worker outlived its controller"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def _workers_of(proc: subprocess.Popen[str], count: int, admin: str) -> set[int]:
+    """The worker processes, once the admin API answers (it listens after every worker has said it listens)."""
+    deadline = time.monotonic() + 60
+    request = urllib.request.Request(f"http://{admin}/status", headers={"Authorization": f"Bearer {TOKEN}"})
+    while True:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "canary run did not come up"
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:  # noqa: S310  loopback, the test's own address
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    workers = {p for p in descendants(proc.pid) if b"specguard.canary.proxy.worker" in _cmdline(p)}
+    assert len(workers) == count, workers
+    return workers
+
+
+def _engine_event(proc: subprocess.Popen[str], state: Path) -> str:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        with CanaryStore.open_existing(state) as store:
+            events = store.events(kinds=["engine"])
+        if events:
+            return events[0].reasons[0]
+        time.sleep(0.2)
+    raise AssertionError("no engine event after a worker died")
 
 
 def _cmdline(pid: int) -> bytes:
