@@ -10,6 +10,9 @@ pool and one as the speculative (candidate) pool. Four paths:
                    weight of 50 %, run in a process of its own on uvloop, as ``specguard canary run`` runs it,
                    counting records in ``on_record``; a second port in that process is the bench's admin endpoint
                    (``POST /weights``: the proxy's ``set_weights`` in its own process);
+  specguard-wN     with ``--workers 1,N``: the same proxy in N processes, as ``workers: N`` runs it (the bench's
+                   process and N - 1 workers on the same port with SO_REUSEPORT, the same split, weights set through
+                   ``ProxyRouter``, which returns once every worker has confirmed); its CPU time is every process's;
   haproxy          through HAProxy (Debian's 2.6: ``apt-get install haproxy``) with the configuration ``specguard
                    canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
                    haproxy``, but without its ``option http-no-delay`` (as it was generated before this bench
@@ -28,7 +31,8 @@ Load: ``specguard bench`` (``run_bench``) at 256 concurrent streams per pass. Th
 the paths (a round is one pass of each, the order rotated every round) after one warm-up pass per path.
 Each pass gives TTFT, per-token ITL, inter-chunk gap and chunk delivery latency (client arrival minus the
 backend's send stamp of that chunk: the same monotonic clock, one machine) at p50 and p99, plus the
-proxy's CPU seconds (``/proc/<pid>/stat`` utime + stime, before and after the pass) per 1,000 streamed chunks
+proxy's CPU seconds (``/proc/<pid>/stat`` utime + stime of the process and every process below it, before and
+after the pass) per 1,000 streamed chunks
 (counted from the records). A path's figure is the MEDIAN over rounds, and the latency ADDED by a proxy is
 the median over rounds of (its pass's percentile - the direct pass's percentile in the same round): a
 difference of percentiles, paired by round rather than by request (the requests of two passes are not
@@ -67,13 +71,14 @@ it is timed separately, in this process, on the backend's own chunk bytes.
 
 Not a test: the figures depend on the machine. Usage (--quick about 2 minutes on 2 shared cores):
     PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024]
-        [--rollbacks 5] [--seed N] [--profile] [--cpus 2-3]
+        [--rollbacks 5] [--seed N] [--profile] [--cpus 2-3] [--workers 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import os
 import platform
@@ -102,9 +107,11 @@ from specguard.canary.ops.haproxy_config import render_haproxy_config
 from specguard.canary.proxy.server import CanaryProxy, tune_gc
 from specguard.canary.proxy.upstream import Upstream
 from specguard.canary.proxy.usage_strip import UsageStripper, request_with_usage
+from specguard.canary.proxy.workers import ProxyWorkers
 from specguard.canary.routers.haproxy import HAProxyRouter, parse_servers_state
+from specguard.canary.routers.proxy import ProxyRouter
 from specguard.canary.spec.engine import HAProxyEngine
-from specguard.canary.spec.rollout import Rollout, Split
+from specguard.canary.spec.rollout import MAX_PROXY_WORKERS, Rollout, Split
 from specguard.canary.spec.vocabulary import PoolName
 from specguard.canary.state.records import ProxiedRequest
 from specguard.embedded.cpus import cpu_list
@@ -122,7 +129,7 @@ CHUNKS = 64
 BACKEND = Script(ttft_ms=50, interval_ms=20, chunks=CHUNKS, usage="continuous")
 # haproxy-nodelay: the configuration 'specguard canary haproxy-config' writes, as it is, the reference the ratio
 # target is measured against; haproxy: the same without its 'option http-no-delay' (see HAProxyProcess).
-PATHS = ("direct", "specguard", "haproxy", "haproxy-nodelay")
+HAPROXY_PATHS = ("haproxy", "haproxy-nodelay")
 REFERENCE = "haproxy-nodelay"
 ENGINES = ("specguard", "haproxy")
 METRICS = ("ttft", "itl", "gap", "delivery")
@@ -162,11 +169,20 @@ class ProxyProcess(ManagedServer):
     with an admin endpoint on a second port: ``POST /weights`` calls the proxy's ``set_weights`` in that process."""
 
     def __init__(
-        self, baseline: str, candidate: str, log_dir: Path, profile: Path | None, backlog: int, cpus: list[int] | None
+        self,
+        baseline: str,
+        candidate: str,
+        log_dir: Path,
+        profile: Path | None,
+        backlog: int,
+        cpus: list[int] | None,
+        workers: int = 1,
     ) -> None:
         super().__init__(
-            ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "proxy.log", startup_timeout_s=30
+            ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "proxy.log", startup_timeout_s=60
         )
+        self.log_dir = log_dir
+        self.workers = workers
         self.baseline, self.candidate = baseline, candidate
         self.profile = profile
         self.backlog = backlog
@@ -181,7 +197,7 @@ class ProxyProcess(ManagedServer):
         self.admin_port = free_port()
         argv = [sys.executable, str(Path(__file__).resolve()), "--serve-proxy", str(port), "--backend", self.baseline]
         argv += ["--candidate", self.candidate, "--admin-port", str(self.admin_port)]
-        argv += ["--proxy-backlog", str(self.backlog)]
+        argv += ["--proxy-backlog", str(self.backlog), "--proxy-workers", str(self.workers), "--log-dir", str(self.log_dir)]
         argv += ["--profile-out", str(self.profile)] if self.profile is not None else []
         return pinned(argv, self.cpus)
 
@@ -333,8 +349,19 @@ def serve_controller(port: int, engine_json: str) -> None:
         pass
 
 
-def serve_proxy(port: int, backend: str, candidate: str, admin_port: int, backlog: int, profile_out: Path | None) -> None:
-    """The proxy process: serve until SIGTERM (``run_async`` turns it into cancellation, so cleanup runs)."""
+def serve_proxy(
+    port: int,
+    backend: str,
+    candidate: str,
+    admin_port: int,
+    backlog: int,
+    profile_out: Path | None,
+    workers: int = 1,
+    log_dir: Path | None = None,
+) -> None:
+    """The proxy process: serve until SIGTERM (``run_async`` turns it into cancellation, so cleanup runs). With
+    ``workers`` above 1, as ``canary run`` does for ``workers: N``: this process and N - 1 worker processes on the same
+    port (SO_REUSEPORT), the weights set through ``ProxyRouter``, which waits for every worker to confirm."""
     records = 0
 
     def on_record(_: ProxiedRequest) -> None:
@@ -346,23 +373,30 @@ def serve_proxy(port: int, backend: str, candidate: str, admin_port: int, backlo
             "baseline": [Upstream(backend, backend + "/metrics")],
             "candidate": [Upstream(candidate, candidate + "/metrics")],
         }
-        proxy = CanaryProxy(pools, Split(), on_record=on_record)
-        proxy.set_weights(SHARE, 0.0, 0)
+        others = ProxyWorkers(workers, on_record=on_record, log=print) if workers > 1 else None
+        proxy = CanaryProxy(pools, Split(), on_record=on_record, seq_step=workers)
+        router = ProxyRouter(proxy, others)
+        router.set_weights_now(SHARE, 0.0, 0)
+        if others is not None:
+            await others.start(f"127.0.0.1:{port}", pools, Split(), drain_s=5.0, log_dir=log_dir or Path("."))
 
         async def set_weights(share: float, step: int) -> None:
-            proxy.set_weights(share, 0.0, step)  # synchronous: the next routing decision sees it
+            # One process: synchronous, the next routing decision sees it. Workers: returns once every one confirmed.
+            await router.set_weights(share, 0.0, step)
 
         admin = web.AppRunner(admin_app(set_weights))
         await admin.setup()
         await web.TCPSite(admin, "127.0.0.1", admin_port).start()
         runner = proxy.runner()
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port, backlog=backlog).start()
+        await web.TCPSite(runner, "127.0.0.1", port, backlog=backlog, reuse_port=others is not None or None).start()
         tune_gc()  # as 'specguard canary run' does once it listens
         try:
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+            if others is not None:
+                await others.stop()
             await admin.cleanup()
             await proxy.close()
 
@@ -380,13 +414,32 @@ def serve_proxy(port: int, backend: str, candidate: str, admin_port: int, backlo
         print(f"proxy: {records} records", flush=True)
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None  # gone between the listing and the read
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def cpu_s(pid: int | None) -> float:
-    """utime + stime of ``pid`` in seconds (0 for no process: the direct path)."""
+    """utime + stime in seconds of ``pid`` and every live process below it (the proxy's workers with ``workers: N``;
+    none for HAProxy, whose threads are in its own figure); 0 for no process: the direct path."""
     if pid is None:
         return 0.0
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    parents = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and (f := _stat_fields(int(p.name))) is not None:
+            parents[int(p.name)] = int(f[1])
+    tree, frontier = {pid}, {pid}
+    while frontier:
+        frontier = {c for c, ppid in parents.items() if ppid in frontier} - tree
+        tree |= frontier
+    ticks = 0
+    for one in tree:
+        if (f := _stat_fields(one)) is not None:
+            ticks += int(f[11]) + int(f[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -549,7 +602,7 @@ def main() -> None:
         default=PROXY_BACKLOG,
         help="the proxy's listen backlog (default: 1024, as 'specguard canary run' listens)",
     )
-    ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the docs/performance.md row")
+    ap.add_argument("--date", default=time.strftime("%Y-%m-%d"), help="for the README row")
     ap.add_argument("--rollbacks", type=int, default=ROLLBACKS, help="rollbacks per engine, alternating engines")
     ap.add_argument("--seed", type=int, default=None, help="for the rollback moments")
     ap.add_argument(
@@ -559,7 +612,16 @@ def main() -> None:
         help="pin every proxy (specguard's, both HAProxys) to these cores (e.g. 2-3) and the client and backends to "
         f"the others; the latency target is judged when at least {SPARE_CORES} are left to them",
     )
+    ap.add_argument(
+        "--workers",
+        type=parse_workers,
+        default=[1],
+        help="proxy processes ('workers: N' of the rollout file), one path per count: '1,2' measures the 1 -> 2 scaling "
+        "in one run (the first count is the one whose rollbacks are timed)",
+    )
     ap.add_argument("--serve-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--proxy-workers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--log-dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--serve-controller", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--candidate", help=argparse.SUPPRESS)
@@ -568,7 +630,9 @@ def main() -> None:
     ap.add_argument("--profile-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve_proxy is not None:
-        serve_proxy(a.serve_proxy, a.backend, a.candidate, a.admin_port, a.proxy_backlog, a.profile_out)
+        serve_proxy(
+            a.serve_proxy, a.backend, a.candidate, a.admin_port, a.proxy_backlog, a.profile_out, a.proxy_workers, a.log_dir
+        )
         return
     if a.serve_controller is not None:
         serve_controller(a.serve_controller, a.engine)
@@ -592,14 +656,32 @@ def main() -> None:
         speculative = ScriptedProcess(BACKEND, tmp / "speculative")
         with baseline, speculative:
             rollout = haproxy_rollout(tmp / "haproxy" / "admin.sock", baseline.base_url, speculative.base_url)
-            proxy = ProxyProcess(baseline.base_url, speculative.base_url, tmp / "proxy", profile, a.proxy_backlog, a.cpus)
+            sg_paths = [proxy_path(n) for n in a.workers]
+            proxies = {
+                proxy_path(n): ProxyProcess(
+                    baseline.base_url,
+                    speculative.base_url,
+                    tmp / proxy_path(n),
+                    profile if i == 0 else None,
+                    a.proxy_backlog,
+                    a.cpus,
+                    n,
+                )
+                for i, n in enumerate(a.workers)
+            }
+            proxy = proxies[sg_paths[0]]
             haproxy = HAProxyProcess(rollout, tmp / "haproxy", cpus=a.cpus)
             tuned_rollout = haproxy_rollout(tmp / "nodelay" / "admin.sock", baseline.base_url, speculative.base_url)
             tuned = HAProxyProcess(tuned_rollout, tmp / "nodelay", no_delay=True, cpus=a.cpus)
             assert isinstance(rollout.engine, HAProxyEngine) and isinstance(tuned_rollout.engine, HAProxyEngine)
             tuned_driver = HAProxyRouter(tuned_rollout.engine)
             controller = ControllerProcess(rollout.engine, tmp / "controller")
-            with proxy, haproxy, tuned, controller:
+            with contextlib.ExitStack() as stack:
+                for one in proxies.values():
+                    stack.enter_context(one)
+                stack.enter_context(haproxy)
+                stack.enter_context(tuned)
+                stack.enter_context(controller)
                 assert proxy.proc is not None and haproxy.proc is not None and tuned.proc is not None
                 if not admin_health(proxy.admin_url):
                     raise RuntimeError(f"the proxy's admin endpoint {proxy.admin_url} does not answer")
@@ -611,9 +693,11 @@ def main() -> None:
                     await tuned_driver.set_weights(SHARE, 0.0, 0)
 
                 run_async(first_step())
-                targets = {
-                    "direct": (baseline.base_url, None),
-                    "specguard": (proxy.base_url, proxy.proc.pid),
+                targets: dict[str, tuple[str, int | None]] = {"direct": (baseline.base_url, None)}
+                for name, one in proxies.items():
+                    assert one.proc is not None
+                    targets[name] = (one.base_url, one.proc.pid)
+                targets |= {
                     "haproxy": (haproxy.base_url, haproxy.proc.pid),
                     "haproxy-nodelay": (tuned.base_url, tuned.proc.pid),
                 }
@@ -621,7 +705,8 @@ def main() -> None:
                     one_pass(path, -1, url, pid, tmp / f"warm-{path}", a.concurrency, a.concurrency)
                 passes: list[Pass] = []
                 for rnd in range(a.rounds):
-                    order = PATHS[rnd % len(PATHS) :] + PATHS[: rnd % len(PATHS)]
+                    paths = list(targets)
+                    order = paths[rnd % len(paths) :] + paths[: rnd % len(paths)]
                     for path in order:
                         url, pid = targets[path]
                         passes.append(one_pass(path, rnd, url, pid, tmp / f"{path}-{rnd}", a.concurrency, a.requests))
@@ -631,9 +716,8 @@ def main() -> None:
                     for engine in ENGINES if i % 2 == 0 else ENGINES[::-1]:
                         delay = rng.uniform(*ROLLBACK_WINDOW_S)
                         out = tmp / f"rollback-{engine}-{i}"
-                        rollbacks.append(
-                            one_rollback(engine, targets[engine][0], admins[engine], steps[engine], out, a.concurrency, delay)
-                        )
+                        url = targets[sg_paths[0] if engine == "specguard" else engine][0]
+                        rollbacks.append(one_rollback(engine, url, admins[engine], steps[engine], out, a.concurrency, delay))
                         steps[engine] += 2
             sent = baseline.chunk_logs() | speculative.chunk_logs()
             for r in rollbacks:
@@ -641,7 +725,20 @@ def main() -> None:
         if profile is not None:
             print_profile(profile)
     took = time.monotonic() - started
-    report(a, passes, sent, rollbacks, took, cores)
+    report(a, passes, sent, rollbacks, took, cores, ["direct", *sg_paths, *HAPROXY_PATHS])
+
+
+def parse_workers(text: str) -> list[int]:
+    """``2`` or ``1,2``: proxy process counts, each 1..MAX_PROXY_WORKERS, each once."""
+    counts = [int(x) for x in text.split(",")]
+    if len(set(counts)) != len(counts) or not all(1 <= n <= MAX_PROXY_WORKERS for n in counts):
+        raise argparse.ArgumentTypeError(f"counts from 1 to {MAX_PROXY_WORKERS}, each once (got {text!r})")
+    return counts
+
+
+def proxy_path(workers: int) -> str:
+    """The path's name: ``specguard`` for one process, as before ``--workers``; ``specguard-wN`` for N."""
+    return "specguard" if workers == 1 else f"specguard-w{workers}"
 
 
 def latency_judged(cpus: list[int] | None, cores: list[int]) -> str | None:
@@ -663,12 +760,14 @@ def report(
     rollbacks: list[Rollback],
     took: float,
     cores: list[int],
+    paths: list[str],
 ) -> None:
     figs = {
         (p.path, p.round): figures(p, sent) | {"cpu": p.cpu_s, "wall": p.wall_s, "requests": float(len(p.records))}
         for p in passes
     }
     rounds = range(a.rounds)
+    proxies = [p for p in paths if p.startswith("specguard")]
 
     def med(path: str, key: str) -> float:
         return median([figs[path, r][key] for r in rounds])
@@ -693,40 +792,52 @@ def report(
     else:
         rest = sorted(set(cores) - set(a.cpus))
         print(f"each proxy pinned to cores {a.cpus}; the client, backends and controller to {rest}")
+    if proxies != ["specguard"]:
+        print(
+            "specguard-wN: the proxy in N processes ('workers: N': SO_REUSEPORT, the same split); its CPU is every "
+            "process's, the workers' included"
+        )
     head = "".join(f"{m + ' p50':>14}{m + ' p99':>14}" for m in METRICS)
     print(f"\n{'path (ms)':<17}{head}{'CPU s/1k chunks':>17}")
-    for path in PATHS:
+    for path in paths:
         row = "".join(f"{med(path, f'{m}_p50'):14.2f}{med(path, f'{m}_p99'):14.2f}" for m in METRICS)
         cpu = "" if path == "direct" else f"{cpu_per_k(path):17.4f}"
         print(f"{path:<17}{row}{cpu}")
     print("\nadded vs direct (ms; median over rounds of the paired difference of percentiles):")
-    for path in PATHS[1:]:
+    for path in paths[1:]:
         row = "".join(f"{added(path, f'{m}_p50'):+14.2f}{added(path, f'{m}_p99'):+14.2f}" for m in METRICS)
         print(f"{path:<17}{row}")
     print("\nper pass p99 (ms), round by round:")
     for m in ("ttft", "delivery"):
-        for path in PATHS:
+        for path in paths:
             print(f"  {m:<9}{path:<16}" + "  ".join(f"{figs[path, r][f'{m}_p99']:7.2f}" for r in rounds))
-    ratios: dict[str, dict[str, float]] = {}
-    for ref in PATHS[2:]:
-        ratios[ref] = {}
-        for m in METRICS:
-            sg, ha = added("specguard", f"{m}_p99"), added(ref, f"{m}_p99")
-            ratios[ref][m] = max(sg, FLOOR_MS) / max(ha, FLOOR_MS)
-    cpu_sg, cpu_ha, cpu_ref = cpu_per_k("specguard"), cpu_per_k("haproxy"), cpu_per_k(REFERENCE)
-    req_sg, req_ha, req_ref = cpu_per_request("specguard"), cpu_per_request("haproxy"), cpu_per_request(REFERENCE)
+    ratios: dict[tuple[str, str], dict[str, float]] = {}
+    for sg in proxies:
+        for ref in HAPROXY_PATHS:
+            ratios[sg, ref] = {m: max(added(sg, f"{m}_p99"), FLOOR_MS) / max(added(ref, f"{m}_p99"), FLOOR_MS) for m in METRICS}
     print(
         f"\nCPU target: the proxy's CPU time (utime + stime) at most {CPU_TARGET_RATIO:g}x {REFERENCE}'s, "
         "medians over rounds (each request carries the same chunks here, so the two are one measurement, scaled):"
     )
-    print(f"  {'':<28}{'specguard':>12}{'haproxy':>12}{REFERENCE:>18}{'ratio':>10}")
-    for label, sg, ha, base in (
-        ("CPU ms per request", req_sg, req_ha, req_ref),
-        ("CPU ms per 1,000 chunks", cpu_sg, cpu_ha, cpu_ref),
-    ):
-        ratio = sg / base
-        verdict = "meets" if ratio <= CPU_TARGET_RATIO else "MISSES"
-        print(f"  {label:<28}{sg * 1e3:12.3f}{ha * 1e3:12.3f}{base * 1e3:18.3f}{ratio:9.2f}x  {verdict}")
+    print(f"  {'':<28}" + "".join(f"{p:>14}" for p in proxies) + f"{'haproxy':>12}{REFERENCE:>18}  ratio")
+    for label, per in (("CPU ms per request", cpu_per_request), ("CPU ms per 1,000 chunks", cpu_per_k)):
+        base = per(REFERENCE)
+        cells = "".join(f"{per(p) * 1e3:14.3f}" for p in proxies)
+        verdicts = ", ".join(
+            f"{p} {per(p) / base:.2f}x {'meets' if per(p) / base <= CPU_TARGET_RATIO else 'MISSES'}" for p in proxies
+        )
+        print(f"  {label:<28}{cells}{per('haproxy') * 1e3:12.3f}{base * 1e3:18.3f}  {verdicts}")
+    if len(proxies) > 1:
+        one = proxies[0]
+        print(
+            f"\nscaling against {one} (same run): "
+            + "; ".join(
+                f"{p}: CPU per request {cpu_per_request(p) / cpu_per_request(one):.2f}x, TTFT added p99 "
+                f"{added(p, 'ttft_p99'):+.1f} against {added(one, 'ttft_p99'):+.1f} ms, pass wall time "
+                f"{med(p, 'wall') / med(one, 'wall'):.2f}x"
+                for p in proxies[1:]
+            )
+        )
     why_not = latency_judged(a.cpus, cores)
     print(
         f"\nlatency target: specguard-added TTFT p99 / HAProxy-added (each floored at {FLOOR_MS} ms) at most "
@@ -734,15 +845,16 @@ def report(
         + ("" if why_not is None else f"; NOT JUDGED: {why_not}, where HAProxy's own added p99 is noise")
         + "; all four metrics shown:"
     )
-    print(f"  {'':<9}" + "".join(f"{'vs ' + ref:>26}" for ref in PATHS[2:]))
+    print(f"  {'':<9}" + "".join(f"{sg + ' vs ' + ref:>32}" for sg in proxies for ref in HAPROXY_PATHS))
     for m in METRICS:
         cells = []
-        for ref in PATHS[2:]:
-            verdict = "meets" if ratios[ref][m] <= LATENCY_TARGET_RATIO else "MISSES"
-            if why_not is not None or m != "ttft":
-                verdict = "-"
-            cells.append(f"{ratios[ref][m]:12.2f}x  {verdict:<6}")
-        print(f"  {m:<9}" + "".join(f"{c:>26}" for c in cells))
+        for sg in proxies:
+            for ref in HAPROXY_PATHS:
+                verdict = "meets" if ratios[sg, ref][m] <= LATENCY_TARGET_RATIO else "MISSES"
+                if why_not is not None or m != "ttft":
+                    verdict = "-"
+                cells.append(f"{ratios[sg, ref][m]:12.2f}x  {verdict:<6}")
+        print(f"  {m:<9}" + "".join(f"{c:>32}" for c in cells))
     print(
         "usage rewrite (not exercised above: bench asks for usage itself): "
         f"{strip_cost_us(USAGE_CHUNK):.1f} us per chunk, in-process"
@@ -752,7 +864,7 @@ def report(
         f"\nrollback under {a.concurrency} streams ({ROLLBACK_WAVES * a.concurrency} requests, decided {ROLLBACK_WINDOW_S[0]:g}-"
         f"{ROLLBACK_WINDOW_S[1]:g} s into the load), {a.rollbacks} per engine, alternating; t0 = just before "
         "set_weights(0, 0, step) in the engine's process; 'last new' = the latest start stamp, minus t0, of a request "
-        "the speculative server received after t0 (none: no request reached it after t0):"
+        f"the speculative server received after t0 (none: no request reached it after t0); specguard is {proxies[0]}:"
     )
     print(f"  {'engine':<10}{'last new request (ms), per rollback':<44}{'call (ms) median / max':>24}{'spec. 1 s before':>20}")
     for engine in ENGINES:
@@ -764,19 +876,23 @@ def report(
         print(f"  {engine:<10}{last:<44}{median(call):12.3f} / {max(call):9.3f}{before:>20}   baseline during call: {during}")
         print(f"  {'':<10}last new: {rb[engine]}")
     print("\ndocs/performance.md rows (added p99 vs direct; HAProxy as generated, and with http-no-delay):")
-    for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
-        m = key.removesuffix("_p99")
+    for sg in proxies:
+        for label, key in (("TTFT", "ttft_p99"), ("per-chunk delivery", "delivery_p99")):
+            m = key.removesuffix("_p99")
+            print(
+                f"| {sg}: {label} | {added(sg, key):+.1f} ms | {added('haproxy', key):+.1f} ms | "
+                f"{added(REFERENCE, key):+.1f} ms | {ratios[sg, REFERENCE][m]:.1f}x |"
+            )
+        req_sg, req_ha, req_ref = cpu_per_request(sg), cpu_per_request("haproxy"), cpu_per_request(REFERENCE)
         print(
-            f"| {label} | +{added('specguard', key):.1f} ms | +{added('haproxy', key):.1f} ms | "
-            f"+{added(REFERENCE, key):.1f} ms | {ratios[REFERENCE][m]:.1f}x |"
+            f"| {sg}: CPU per request | {req_sg * 1e3:.2f} ms | {req_ha * 1e3:.2f} ms | {req_ref * 1e3:.2f} ms | "
+            f"{req_sg / req_ref:.2f}x |"
         )
-    print(
-        f"| CPU per request | {req_sg * 1e3:.2f} ms | {req_ha * 1e3:.2f} ms | {req_ref * 1e3:.2f} ms | {req_sg / req_ref:.2f}x |"
-    )
-    print(
-        f"| CPU per 1,000 streamed chunks | {cpu_sg * 1e3:.1f} ms | {cpu_ha * 1e3:.1f} ms | {cpu_ref * 1e3:.1f} ms | "
-        f"{cpu_sg / cpu_ref:.2f}x |"
-    )
+        cpu_sg, cpu_ha, cpu_ref = cpu_per_k(sg), cpu_per_k("haproxy"), cpu_per_k(REFERENCE)
+        print(
+            f"| {sg}: CPU per 1,000 streamed chunks | {cpu_sg * 1e3:.1f} ms | {cpu_ha * 1e3:.1f} ms | {cpu_ref * 1e3:.1f} ms | "
+            f"{cpu_sg / cpu_ref:.2f}x |"
+        )
     if why_not is not None:
         print(f"(latency ratios not judged: {why_not})")
     print(f"| rollback to the last new request at the speculative pool | {rb['specguard']} | {rb['haproxy']} | | |")

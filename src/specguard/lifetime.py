@@ -9,6 +9,9 @@ exits 130.
 
 Children: vLLM and scripted servers get ``PR_SET_PDEATHSIG`` (SIGTERM when
 the parent dies, SIGKILL included) and are stopped as a process group. The
+canary's proxy workers (``workers: N``) get SIGKILL as theirs: they ignore
+SIGTERM, which ``systemctl stop`` sends the whole unit, and drain only when
+the controller says; they also end when their socket to it closes. The
 record writer and the scraper watch the pipe from their parent instead: it
 closes when the parent dies, however it dies, and the record writer still has
 to drain what is in it before it exits, which a death signal would prevent.

@@ -171,7 +171,7 @@ def test_an_unknown_engine_names_the_engines_there_are(tmp_path: Path) -> None:
 @pytest.mark.parametrize("engine", [GATEWAY, HAPROXY], ids=["gateway-api", "haproxy"])
 @pytest.mark.parametrize("key", PROXY_ONLY_KEYS)
 def test_the_proxys_own_keys_are_refused_with_another_engine(tmp_path: Path, engine: str, key: str) -> None:
-    value = {"listen": "127.0.0.1:9000", "split": "{sticky: {source: none}}"}[key]
+    value = {"listen": "127.0.0.1:9000", "split": "{sticky: {source: none}}", "workers": "2"}[key]
     text = POOLS + f"{key}: {value}\n" + engine
     error = refused(tmp_path, text)
     assert f":{line_of(text, key + ':')}: key '{key}': only the built-in proxy has '{key}'" in error

@@ -1,11 +1,13 @@
 """The SSE parser: event stamping, the fast path against full JSON parsing, and odd streams."""
 
+import itertools
 import json
 import random
 
+import numpy as np
 import pytest
 
-from specguard.loadgen.sse import SSEParser, parse_stream
+from specguard.loadgen.sse import ParsedStream, SSEParser, chunk_token_counts, parse_stream
 
 
 def ev(obj) -> bytes:
@@ -117,3 +119,47 @@ def test_a_truncated_event_with_usage_is_an_error_not_a_chunk():
         parsed = parse_stream(pieces, "completions")
         assert parsed.error is not None and "unparsable stream event" in parsed.error
         assert parsed.chunk_usage == [1]
+
+
+def plain_scan_times(pieces: list[tuple[float, bytes]]) -> list[float]:
+    """Each event's time by the definition, byte by byte: the read that holds the last byte of its blank line."""
+    blob = b"".join(d for _, d in pieces)
+    owner = [t for t, d in pieces for _ in range(len(d))]
+    times, pos = [], 0
+    while (i := blob.find(b"\n\n", pos)) >= 0:
+        times.append(owner[i + 1])
+        pos = i + 2
+    return times
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_event_times_with_whole_merged_or_cut_reads_match_a_plain_scan(seed):
+    """The common read (one whole event, as vLLM writes them) is stamped without numpy's search; reads that merge
+    events or cut one anywhere take the search. Both give the definition's times. Seed 0: every read one event."""
+    rng = random.Random(seed)
+    events = stream([(f"t{i}", i) for i in range(1, 30)])
+    blob = b"".join(events)
+    ends = list(itertools.accumulate(map(len, events)))
+    keep = 1.0 if seed == 0 else 0.7
+    cuts = {e for e in ends[:-1] if rng.random() < keep} | (set() if seed == 0 else set(rng.sample(range(1, len(blob)), 5)))
+    bounds = [0, *sorted(cuts), len(blob)]
+    pieces = [(i * 0.01, blob[a:b]) for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+    parsed = parse_stream(pieces, "completions")
+    assert parsed.chunk_times == plain_scan_times(pieces)[:29]  # the last two events are usage only and [DONE]
+    assert parsed.chunk_usage == list(range(1, 30)) and parsed.done
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_chunk_tokens_are_the_rises_of_the_running_maximum_of_usage(seed):
+    """A loop computes what numpy's maximum.accumulate and diff computed before (checked against them here)."""
+    rng = random.Random(seed)
+    usage, value = [], rng.choice([0, 2])
+    for _ in range(rng.randint(1, 50)):
+        value = max(0, value + rng.choice([-2, 0, 1, 1, 2, 3]))  # repeats and, rarely, a lower count
+        usage.append(value)
+    times = [i * 0.02 for i in range(len(usage))]
+    got = chunk_token_counts(ParsedStream(chunk_times=times, chunk_usage=list(usage)), None)
+    running = np.maximum.accumulate(np.asarray(usage, dtype=np.int64))
+    rise = np.diff(running, prepend=0)
+    want = (np.asarray(times)[rise > 0].tolist(), rise[rise > 0].tolist(), "server_usage", int(running[-1]))
+    assert got == want

@@ -43,6 +43,7 @@ from specguard.canary.notify.grafana import (
 from specguard.canary.observability.dashboard import dashboard_uid
 from specguard.canary.ops.pools import StartedPools, start_pools
 from specguard.canary.proxy.server import CanaryProxy, tune_gc
+from specguard.canary.proxy.workers import ProxyWorkers
 from specguard.canary.routers.factory import build_router
 from specguard.canary.routers.haproxy import HAProxyRuntime
 from specguard.canary.spec.engine import HAProxyEngine, ProxyEngine
@@ -66,7 +67,12 @@ class CanaryOutcome:
 
 
 async def _site(
-    app: web.Application, listen: str, what: str, shutdown_s: float, ssl_context: ssl.SSLContext | None = None
+    app: web.Application,
+    listen: str,
+    what: str,
+    shutdown_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
 ) -> web.AppRunner:
     host, port = split_listen(listen)
     # handler_cancellation: a client that goes away cancels its handler, which closes the upstream request.
@@ -75,7 +81,7 @@ async def _site(
     try:
         # backlog: 256 clients connecting at once overflowed aiohttp's default of 128, and the kernel's retry of a
         # dropped SYN after 1 s showed as 1-3 s TTFT spikes in bench/proxy_overhead.py.
-        await web.TCPSite(runner, host, port, backlog=1024, ssl_context=ssl_context).start()
+        await web.TCPSite(runner, host, port, backlog=1024, ssl_context=ssl_context, reuse_port=reuse_port or None).start()
     except OSError as exc:
         await runner.cleanup()
         raise ServerError(f"the {what} cannot listen on {listen}: {exc.strerror or exc}") from exc
@@ -152,38 +158,63 @@ async def run_canary(
         def on_record(record: ProxiedRequest) -> None:
             holder[0].on_record(record)
 
-        proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry)
+        def worker_record(record: ProxiedRequest) -> None:
+            proxy.metrics.observe(record)  # the admin API's /metrics counts every process's requests
+            holder[0].on_record(record)
+
+        # workers: N: N - 1 processes beside this one on the same port; their records reach the same callback.
+        workers = ProxyWorkers(rollout.workers, on_record=worker_record, log=log) if rollout.workers > 1 else None
+        proxy = CanaryProxy(pools.upstreams, rollout.split, on_record=on_record, registry=registry, seq_step=rollout.workers)
+
         evidence = RecordsEvidence(rollout, analysis_policy(rollout), PoolWatcher(pools.upstreams))
         controller = CanaryController(
-            rollout, store, build_router(rollout, proxy), evidence, log=log, drain_s=drain_s, annotations=annotations
+            rollout, store, build_router(rollout, proxy, workers), evidence, log=log, drain_s=drain_s, annotations=annotations
         )
         holder.append(controller)
-        proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s)
+        if workers is not None:
+            # After the controller has set the resumed weights: each worker listens with them from its first request.
+            await workers.start(rollout.listen, pools.upstreams, rollout.split, drain_s=drain_s, log_dir=log_dir)
         try:
-            admin_runner = await _site(
-                admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0, admin_tls
-            )
+            proxy_runner = await _site(proxy.app(), rollout.listen, "proxy", drain_s, reuse_port=workers is not None)
+            try:
+                admin_runner = await _site(
+                    admin_app(controller, token, registry, log), rollout.admin.listen, "admin API", 5.0, admin_tls
+                )
+            except ServerError:
+                await proxy_runner.cleanup()
+                raise
         except ServerError:
-            await proxy_runner.cleanup()
+            if workers is not None:
+                workers.kill()
             raise
         tune_gc()  # start-up is done: GC pauses of up to 74 ms stalled every stream (bench/proxy_overhead.py)
-        log(f"canary {rollout.name}: proxy on {rollout.listen}, admin API on {rollout.admin.listen}, state {state_path}")
+        processes = "" if workers is None else f" in {rollout.workers} processes (workers: pids {workers.pids} and this one)"
+        log(
+            f"canary {rollout.name}: proxy on {rollout.listen}{processes}, admin API on {rollout.admin.listen}, "
+            f"state {state_path}"
+        )
         try:
             status = await controller.run(stop, exit_when_finished=exit_when_finished)
         finally:
             # Stop taking requests, let those in flight finish up to the one drain deadline (the runner's shutdown
             # timeout: aiohttp cancels what is left then, recorded as cut at shutdown), then write. Before issue 28 a
-            # second drain_s followed the runner's, and streams were cut at twice the deadline.
+            # second drain_s followed the runner's, and streams were cut at twice the deadline. Every worker drains
+            # under the same deadline at the same time.
             deadline = loop.time() + drain_s
             proxy.begin_shutdown()
+            stopping = asyncio.ensure_future(workers.stop()) if workers is not None else None
             await proxy_runner.cleanup()
             still = await proxy.drain(max(0.0, deadline - loop.time()))
+            cut = proxy.cut_at_shutdown
+            if stopping is not None:
+                worker_still, worker_cut = await stopping
+                still, cut = still + worker_still, cut + worker_cut
             await admin_runner.cleanup()
             await proxy.close()
             await evidence.close()
             if annotations is not None:
                 await annotations.close()  # what is still queued gets grafana.timeout_s, then is logged as not posted
-            controller.on_stopped(still, cut_at_shutdown=proxy.cut_at_shutdown, drain_s=drain_s)
+            controller.on_stopped(still, cut_at_shutdown=cut, drain_s=drain_s)
         return CanaryOutcome(status=status, interrupted=stop.is_set(), state_lost=controller.state_lost)
     finally:
         if annotations is not None:

@@ -117,6 +117,8 @@ class CanaryProxy:
         capture: CaptureSettings | None = None,
         seed: int | None = None,
         first_byte_timeout_s: float = 60.0,
+        seq_start: int = 0,
+        seq_step: int = 1,
     ) -> None:
         if not pools.get("baseline"):
             raise ValueError("the proxy needs at least one baseline server")
@@ -132,7 +134,9 @@ class CanaryProxy:
         self._lo = {name: LeastOutstanding(len(s)) for name, s in self.pools.items()}
         self._server_in_flight: dict[str, int] = {s.base_url: 0 for ss in self.pools.values() for s in ss}
         self._rng = random.Random(seed)
-        self._seq = itertools.count()
+        # With ``workers: N`` worker k numbers its requests k, k + N, k + 2N, ...: ``seq`` (and the default
+        # request id ``canary-SEQ``) stays unique across the processes, and ``seq % N`` says which one served it.
+        self._seq = itertools.count(seq_start, seq_step)
         self._candidate = 0.0
         self._control = 0.0
         self._step = 0
@@ -177,6 +181,10 @@ class CanaryProxy:
     def runner(self) -> web.AppRunner:
         """An AppRunner for ``app()`` that cancels a handler when its client disconnects (and so its upstream)."""
         return web.AppRunner(self.app(), handler_cancellation=True)
+
+    def weights(self) -> tuple[float, float, int]:
+        """The shares and step in effect for new requests: what a worker reports back to the controller."""
+        return self._candidate, self._control, self._step
 
     def in_flight(self) -> dict[PoolName, int]:
         return {name: sum(self._server_in_flight[s.base_url] for s in servers) for name, servers in self.pools.items()}

@@ -5,8 +5,8 @@ the weight, the analysis that judges each window, the hooks run on rollback and 
 the state file. Errors name the file, the line and the key path, as a check plan's do (the same ``yaml_files.load_yaml_model``).
 
 ``engine`` says what moves the traffic (``spec/engine.py``): specguard's proxy (the default), HAProxy or a
-Kubernetes Gateway. With an engine other than the proxy, no proxy runs, so the proxy's own keys, ``listen`` and
-``split``, are refused when written rather than silently ignored: a file that sets them expects a proxy
+Kubernetes Gateway. With an engine other than the proxy, no proxy runs, so the proxy's own keys, ``listen``,
+``split`` and ``workers``, are refused when written rather than silently ignored: a file that sets them expects a proxy
 listening and splitting by its sticky key, and would get neither.
 
 Latency metrics mean exactly what ``bench``'s do (``analysis/definitions.py``); the pool gauges use the
@@ -44,6 +44,7 @@ from specguard.yaml_files import load_yaml_model
 
 __all__ = [
     "DEFAULT_STEPS",
+    "MAX_PROXY_WORKERS",
     "PROXY_ONLY_KEYS",
     "Admin",
     "Analysis",
@@ -68,7 +69,11 @@ __all__ = [
 ]
 
 DEFAULT_STEPS: tuple[float, ...] = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0)
-PROXY_ONLY_KEYS: tuple[str, ...] = ("listen", "split")
+PROXY_ONLY_KEYS: tuple[str, ...] = ("listen", "split", "workers")
+# The most proxy processes one rollout may ask for: a fixed bound, not this host's os.cpu_count(), so that a file
+# validates the same on the host that writes the units and on the host that runs them (``canary run`` warns when
+# it asks for more processes than the host has CPUs).
+MAX_PROXY_WORKERS = 64
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -428,6 +433,13 @@ class Rollout(FiniteModel):
     listen: str = Field(default="127.0.0.1:8080", description="the proxy's address")
     pools: Pools
     split: Split = Split()
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PROXY_WORKERS,
+        strict=True,
+        description="proxy processes accepting on 'listen' (SO_REUSEPORT), each splitting by the same key hash",
+    )
     steps: list[Step] = Field(default_factory=lambda: [Step(percent=p) for p in DEFAULT_STEPS], min_length=1)
     analysis: Analysis = Analysis()
     hooks: Hooks = Hooks()

@@ -56,7 +56,11 @@ class ProxiedRequest(StrictModel):
     """
 
     schema_version: Literal["specguard.canary_request/1"] = CANARY_REQUEST_SCHEMA
-    seq: int = Field(ge=0, description="0-based order in which the proxy received client requests")
+    seq: int = Field(
+        ge=0,
+        description="0-based order in which the proxy received client requests; with workers: N, worker k numbers its "
+        "own k, k + N, k + 2N, ... (seq % N is the process that served it)",
+    )
     request_id: str
     attempt: int = Field(ge=1, le=2)
     retried: bool = Field(description="this attempt failed before the first byte and the request went on to the baseline")
