@@ -426,13 +426,14 @@ class CanaryController:
             return
         if drift is None:
             return
-        self._event("drift", [f"the engine reports {drift}; the step's weights were applied again"], {"reported": drift})
         self.log(f"!!! engine drift: {drift}; re-applying the weights of step {self.state.step + 1}")
         try:
             await self._apply_weights(self.state)
             still = await self.traffic.differs(*shares)
         except RuntimeFailure as exc:
             still = str(exc)
+        # the event after the weights went back, so that what it says ("applied again") is true when it is read
+        self._event("drift", [f"the engine reports {drift}; the step's weights were applied again"], {"reported": drift})
         if still is not None:
             self._pause_critical(f"the engine still reports {still} after the weights were applied again")
 
