@@ -237,7 +237,7 @@ def test_readme_bench_and_summary_commands_run(vllm_servers, tmp_path):
     bench = next(c for c in page_commands("measure.md") if c[:2] == ["specguard", "bench"])
     args = bench[2:]
     out = tmp_path / "steady"
-    replace = {"--base-url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out), "--num-requests": "10"}
+    replace = {"--url": vllm_servers["baseline"].base_url, "--model": SERVED_NAME, "--out": str(out), "--num-requests": "10"}
     for i, a in enumerate(args):
         if a in replace:
             args[i + 1] = replace[a]
