@@ -87,3 +87,15 @@ def test_the_readme_links_every_page_it_names_and_they_exist() -> None:
     links = re.findall(r"\]\((docs/[\w.-]+\.md)\)", readme)
     assert links and all((ROOT / link).is_file() for link in links), links
     assert "make docs" in readme
+
+
+def test_the_request_log_example_is_one_line_that_assess_reads() -> None:
+    """docs/assess.md's example line, pasted into a file, is one JSON object per line and valid for the log's model
+    (it used to span four lines: pasted, it was not a log line at all; issue 29)."""
+    from specguard.workload.logformat import RequestLogEntry
+
+    blocks = re.findall(r"```json\n(.*?)```", (ROOT / "docs" / "assess.md").read_text(), flags=re.S)
+    lines = [x for b in blocks for x in b.splitlines() if '"specguard.request_log/1"' in x]
+    assert len(lines) == 1 and all(b.count("\n") == 1 for b in blocks if '"specguard.request_log/1"' in b)
+    entry = RequestLogEntry.model_validate_json(lines[0])
+    assert entry.response is not None and entry.response.token_ids == [12, 99]

@@ -240,6 +240,7 @@ class _Segment:
             load,
             best.method if best else None,
             best.config if best else None,
+            replayed=self.replayed,
         )
         default_suffix = self.suffix.get(SUFFIX_GRID[0])
         return SegmentReport(

@@ -52,7 +52,10 @@ def decide_candidacy(
     load: LoadFacts,
     best_method: str | None,
     best_config: dict[str, Any] | None,
+    *,
+    replayed: int = 0,
 ) -> Candidacy:
+    """The segment's verdict and its reasons; ``replayed`` is how many of its requests had a response to replay."""
     reasons: list[str] = []
     saturated = False
     if load.capacity_rps and load.peak_rps is not None:
@@ -79,7 +82,7 @@ def decide_candidacy(
         + (" (high temperature: the replay is an upper bound)" if hot else "")
     )
     if step_reduction is None:
-        reasons.append("no responses to replay: acceptance cannot be predicted")
+        reasons.append(no_prediction_reason(replayed))
         return Candidacy(verdict="poor candidate", reasons=reasons)
     strength = "strong" if step_reduction >= STRONG_REDUCTION else "weak" if step_reduction >= WEAK_REDUCTION else "negligible"
     reasons.append(
@@ -98,3 +101,15 @@ def decide_candidacy(
     if best_method == "suffix":
         reasons.append("suffix decoding needs arctic-inference installed next to vLLM (0.12+); check with preflight")
     return Candidacy(verdict=verdict, reasons=reasons, method=best_method, config=best_config)
+
+
+def no_prediction_reason(replayed: int) -> str:
+    """Why no acceptance was predicted: no response in the log, or responses on which no proposer drafted a token."""
+    if replayed == 0:
+        return "no responses to replay: acceptance cannot be predicted"
+    # One logged response of two tokens (the README's old example) has one decode step after the prefill: nothing to
+    # draft from. Saying "no responses" there contradicted the "1 with responses" line above it (issue 29).
+    return (
+        f"no proposer drafted a token on the {replayed} response{'s' if replayed != 1 else ''} replayed (too short, or "
+        "no repeated n-grams): acceptance cannot be predicted from this log"
+    )

@@ -24,7 +24,13 @@ def _num(x: float | None) -> str:
 def _prop(r: ProposerResult | None) -> str:
     if r is None:
         return "-"
-    return f"acc {_pct(r.acceptance_rate)}, len {_num(r.mean_acceptance_length)}, steps -{_pct(r.step_reduction)}"
+    return f"acc {_pct(r.acceptance_rate)}, len {_num(r.mean_acceptance_length)}, steps {fewer_steps(r.step_reduction)}"
+
+
+def fewer_steps(reduction: float | None) -> str:
+    """The step reduction as a signed change: "-55%", and "0%" (not "-0%") where nothing was saved."""
+    text = _pct(reduction)
+    return text if reduction is None or text == _pct(0.0) else f"-{text}"
 
 
 def short_config(cfg: dict[str, Any] | None) -> str:

@@ -216,3 +216,26 @@ def test_unordered_log_gives_no_peak_concurrency() -> None:
     b.add(5, 1, 0, None, 1, 1)
     c = b.build().concurrency
     assert c.peak is None and "not in arrival order" in c.source and c.mean == pytest.approx(2 / 6)
+
+
+def test_a_response_too_short_to_draft_is_not_called_missing_and_saves_0_steps_not_minus_0(tmp_path: Path) -> None:
+    """The old README example, joined onto one line: one response of two tokens. assess said "1 with responses" and
+    then "no responses to replay", and showed "steps -0%" (issue 29)."""
+    from specguard.workload.render import fewer_steps
+
+    entry = {
+        "schema_version": "specguard.request_log/1",
+        "endpoint": "completions",
+        "prompt": "Summarise: one two three",
+        "sampling": {"temperature": 0},
+        "response": {"token_ids": [12, 99]},
+    }
+    report = assess(_write(tmp_path / "log.jsonl", [entry]), IdTokenizer(), "ids")
+    seg = report.overall
+    assert seg.replayed == 1 and seg.ngram is not None and seg.ngram.drafts == 0
+    assert not any("no responses to replay" in r for r in seg.reasons)
+    assert any(r.startswith("no proposer drafted a token on the 1 response replayed") for r in seg.reasons), seg.reasons
+    assert fewer_steps(seg.ngram.step_reduction) == "0%"
+    assert (fewer_steps(0.55), fewer_steps(None)) == ("-55%", "-")
+    without = assess(_write(tmp_path / "bare.jsonl", [{k: v for k, v in entry.items() if k != "response"}]), IdTokenizer(), "ids")
+    assert "no responses to replay: acceptance cannot be predicted" in without.overall.reasons
