@@ -28,11 +28,16 @@ def _has_option(text: str, option: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
 
 
-def test_completion_is_installed_shown_and_answered() -> None:
+def test_completion_is_installed_shown_and_answered(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     root = _help()
     assert _has_option(root, "--install-completion") and _has_option(root, "--show-completion")
-    script = runner.invoke(app, ["--show-completion"], env={"SHELL": "/bin/bash"}, prog_name="specguard")
+    # typer detects the shell from the process tree (shellingham), not $SHELL: under `make test-fast` the parent is
+    # make's /bin/sh, which typer does not support ("Shell sh not supported"), so the test says the shell is bash
+    import typer.completion
+
+    monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
+    script = runner.invoke(app, ["--show-completion"], prog_name="specguard")
     assert script.exit_code == 0 and "_SPECGUARD_COMPLETE=complete_bash" in script.stdout, script.output
     # what the script asks: the words so far, answered with the commands and options that fit
     env = {"_SPECGUARD_COMPLETE": "complete_bash", "COMP_WORDS": "specguard can", "COMP_CWORD": "1"}
