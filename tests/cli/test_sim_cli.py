@@ -264,7 +264,7 @@ def test_the_readmes_sim_run_lines_run_on_the_files_they_name(cli: Cli) -> None:
 
     lines = [c for c in page_commands("sim.md") if c[:3] == ["specguard", "sim", "run"]]
     assert len(lines) >= 4
-    write_run(Path("runs/ngram-steady"), k=3, requests=40, seed=6, per_position_counters=True)
+    write_run(Path("runs/ngram"), k=3, requests=40, seed=6, per_position_counters=True)
     log = Path("log.jsonl")
     entry = {"schema_version": "specguard.request_log/1", "endpoint": "completions", "sampling": {"temperature": 0}}
     rows = [{**entry, "prompt": "a b c d " * (i + 2), "response": {"text": "a b c d " * (i + 1)}} for i in range(12)]
