@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,7 +34,38 @@ class ServerStartError(ServerError):
     """The server exited or did not become ready; the message ends with its log tail."""
 
 
+# A launched server binds its port 10-60 s after the port was chosen (vLLM loads the model first). A port the
+# kernel hands out for bind(host, 0) comes from the ephemeral range, from which every outgoing connection takes its
+# local port too, so under a test run's traffic one could take it in between and the server died with "Address
+# already in use" (seen once in a full run). Ports below that range are taken only by an explicit bind.
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_FIXED_PORTS_FROM = 20000
+_HANDED_OUT: set[int] = set()  # two servers launched one after the other must not be given the same unbound port
+
+
+def _below_ephemeral() -> range | None:
+    """The ports between 20000 and the kernel's ephemeral range, or None where that range is unknown or too low."""
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return range(_FIXED_PORTS_FROM, low) if low - _FIXED_PORTS_FROM >= 1000 else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, below the ephemeral range where there is one (see above), else the kernel's."""
+    ports = _below_ephemeral()
+    if ports is not None:
+        for port in random.sample(ports, 50):
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
