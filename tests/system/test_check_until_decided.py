@@ -1,7 +1,11 @@
-"""check --until-decided on two scripted servers of the same timing: further repetitions while INCONCLUSIVE.
+"""check --until-decided on two scripted servers: further repetitions while INCONCLUSIVE.
 
-Identical arms cannot show the objective's minimum improvement, so before the last planned look the objective
-is undecided (INCONCLUSIVE, more requests may show it) and at the last look it is NO-GO. The plan's budget of
+A candidate 12 % faster per token than the baseline cannot show the objective's minimum improvement of 20 %, so
+before the last planned look the objective is undecided (INCONCLUSIVE, more requests may show it) and at the last
+look it is NO-GO. Not identical arms, as this file had: on the shared 2-core machine two blocks of the same server
+timing differ by several per cent in p50 ITL with intervals that exclude 1 (x0.93, 95 % CI x0.87 to x0.97, seen
+2026-12-07), so identical arms ended NO-GO early ("objective worse") in 2 of 9 runs of this file; 12 % is beyond
+that noise on both sides. The plan's budget of
 60 requests per arm at 20 a repetition plans three looks; each is in check-state.json, check.json and
 verdict.json with its requests per arm, and `specguard report --force` decides again at the last one.
 """
@@ -48,9 +52,9 @@ def write_plan(tmp_path: Path, base, cand, sequential: str) -> Path:  # type: ig
     return path
 
 
-def test_identical_arms_take_every_planned_look_and_end_no_go(scripted, tmp_path):  # type: ignore[no-untyped-def]
+def test_an_improvement_below_the_minimum_takes_every_planned_look_and_ends_no_go(scripted, tmp_path):  # type: ignore[no-untyped-def]
     base = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
-    cand = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
+    cand = scripted(ttft_ms=20, interval_ms=4.4, chunks=8, tokens_pattern=[1])  # 12 % faster, the minimum is 20 %
     plan = write_plan(tmp_path, base, cand, "sequential: {max_requests_per_arm: 60, look_every: 1}")
     out = tmp_path / "check"
     r = specguard("check", str(plan), "--out", str(out), "--quiet", "--until-decided")
@@ -84,7 +88,7 @@ def test_resume_continues_the_sequence_from_its_last_recorded_look(scripted, tmp
     import shutil
 
     base = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
-    cand = scripted(ttft_ms=20, interval_ms=5, chunks=8, tokens_pattern=[1])
+    cand = scripted(ttft_ms=20, interval_ms=4.4, chunks=8, tokens_pattern=[1])  # 12 % faster, the minimum is 20 %
     plan = write_plan(tmp_path, base, cand, "sequential: {max_requests_per_arm: 60, look_every: 1}")
     out = tmp_path / "check"
     first = specguard("check", str(plan), "--out", str(out), "--quiet", "--until-decided")
