@@ -13,6 +13,9 @@ pool and one as the speculative (candidate) pool. Four paths:
   specguard-wN     with ``--workers 1,N``: the same proxy in N processes, as ``workers: N`` runs it (the bench's
                    process and N - 1 workers on the same port with SO_REUSEPORT, the same split, weights set through
                    ``ProxyRouter``, which returns once every worker has confirmed); its CPU time is every process's;
+  specguard-ref    with ``--reference-src DIR``: the same proxy (one process) imported from another checkout's
+                   ``src`` (DIR), as a path of the same run: an A/B of a change to the proxy, paired round by round
+                   on the same machine state, which runs on a shared machine cannot be compared across;
   haproxy          through HAProxy (Debian's 2.6: ``apt-get install haproxy``) with the configuration ``specguard
                    canary haproxy-config`` generates (``render_haproxy_config``) for a rollout with ``engine:
                    haproxy``, but without its ``option http-no-delay`` (as it was generated before this bench
@@ -71,7 +74,7 @@ it is timed separately, in this process, on the backend's own chunk bytes.
 
 Not a test: the figures depend on the machine. Usage (--quick about 2 minutes on 2 shared cores):
     PYTHONPATH=$PWD/src .venv/bin/python bench/proxy_overhead.py [--quick] [--rounds 5] [--requests 1024]
-        [--rollbacks 5] [--seed N] [--profile] [--cpus 2-3] [--workers 1,2]
+        [--rollbacks 5] [--seed N] [--profile] [--cpus 2-3] [--workers 1,2] [--reference-src ../old/src]
 """
 
 from __future__ import annotations
@@ -177,12 +180,14 @@ class ProxyProcess(ManagedServer):
         backlog: int,
         cpus: list[int] | None,
         workers: int = 1,
+        src: Path | None = None,
     ) -> None:
         super().__init__(
             ServerSpec(model="scripted", served_model_name="scripted"), [], log_dir / "proxy.log", startup_timeout_s=60
         )
         self.log_dir = log_dir
         self.workers = workers
+        self.src = src  # specguard imported from here instead of this checkout (the reference path)
         self.baseline, self.candidate = baseline, candidate
         self.profile = profile
         self.backlog = backlog
@@ -199,6 +204,8 @@ class ProxyProcess(ManagedServer):
         argv += ["--candidate", self.candidate, "--admin-port", str(self.admin_port)]
         argv += ["--proxy-backlog", str(self.backlog), "--proxy-workers", str(self.workers), "--log-dir", str(self.log_dir)]
         argv += ["--profile-out", str(self.profile)] if self.profile is not None else []
+        if self.src is not None:
+            argv = ["env", f"PYTHONPATH={self.src}", *argv]
         return pinned(argv, self.cpus)
 
 
@@ -619,6 +626,13 @@ def main() -> None:
         help="proxy processes ('workers: N' of the rollout file), one path per count: '1,2' measures the 1 -> 2 scaling "
         "in one run (the first count is the one whose rollbacks are timed)",
     )
+    ap.add_argument(
+        "--reference-src",
+        type=Path,
+        default=None,
+        help="another checkout's src directory: its proxy (one process) runs as the path 'specguard-ref' in the same "
+        "run, for an A/B of a change (this file's --serve-proxy must work with it: a checkout from issue 28 on)",
+    )
     ap.add_argument("--serve-proxy", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--proxy-workers", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--log-dir", type=Path, help=argparse.SUPPRESS)
@@ -641,6 +655,8 @@ def main() -> None:
         sys.exit(f"{HAPROXY} not found: this benchmark compares against HAProxy (apt-get install haproxy)")
     if a.quick:
         a.rounds, a.requests = 2, 512
+    if a.reference_src is not None and not (a.reference_src / "specguard" / "__init__.py").is_file():
+        sys.exit(f"--reference-src {a.reference_src}: no specguard package there (give a checkout's src directory)")
     cores = sorted(os.sched_getaffinity(0))
     if a.cpus is not None:
         rest = sorted(set(cores) - set(a.cpus))
@@ -669,6 +685,17 @@ def main() -> None:
                 )
                 for i, n in enumerate(a.workers)
             }
+            if a.reference_src is not None:
+                sg_paths.append(REFERENCE_PATH)
+                proxies[REFERENCE_PATH] = ProxyProcess(
+                    baseline.base_url,
+                    speculative.base_url,
+                    tmp / REFERENCE_PATH,
+                    None,
+                    a.proxy_backlog,
+                    a.cpus,
+                    src=a.reference_src.resolve(),
+                )
             proxy = proxies[sg_paths[0]]
             haproxy = HAProxyProcess(rollout, tmp / "haproxy", cpus=a.cpus)
             tuned_rollout = haproxy_rollout(tmp / "nodelay" / "admin.sock", baseline.base_url, speculative.base_url)
@@ -736,6 +763,9 @@ def parse_workers(text: str) -> list[int]:
     return counts
 
 
+REFERENCE_PATH = "specguard-ref"
+
+
 def proxy_path(workers: int) -> str:
     """The path's name: ``specguard`` for one process, as before ``--workers``; ``specguard-wN`` for N."""
     return "specguard" if workers == 1 else f"specguard-w{workers}"
@@ -792,7 +822,9 @@ def report(
     else:
         rest = sorted(set(cores) - set(a.cpus))
         print(f"each proxy pinned to cores {a.cpus}; the client, backends and controller to {rest}")
-    if proxies != ["specguard"]:
+    if REFERENCE_PATH in proxies:
+        print(f"specguard-ref: the proxy in one process, specguard imported from {a.reference_src}")
+    if any(p not in ("specguard", REFERENCE_PATH) for p in proxies):
         print(
             "specguard-wN: the proxy in N processes ('workers: N': SO_REUSEPORT, the same split); its CPU is every "
             "process's, the workers' included"
@@ -827,7 +859,8 @@ def report(
             f"{p} {per(p) / base:.2f}x {'meets' if per(p) / base <= CPU_TARGET_RATIO else 'MISSES'}" for p in proxies
         )
         print(f"  {label:<28}{cells}{per('haproxy') * 1e3:12.3f}{base * 1e3:18.3f}  {verdicts}")
-    if len(proxies) > 1:
+    scaled = [p for p in proxies[1:] if p != REFERENCE_PATH]
+    if scaled:
         one = proxies[0]
         print(
             f"\nscaling against {one} (same run): "
@@ -835,8 +868,21 @@ def report(
                 f"{p}: CPU per request {cpu_per_request(p) / cpu_per_request(one):.2f}x, TTFT added p99 "
                 f"{added(p, 'ttft_p99'):+.1f} against {added(one, 'ttft_p99'):+.1f} ms, pass wall time "
                 f"{med(p, 'wall') / med(one, 'wall'):.2f}x"
-                for p in proxies[1:]
+                for p in scaled
             )
+        )
+    if REFERENCE_PATH in proxies:
+        one = proxies[0]
+        per_round = [
+            (figs[one, r]["cpu"] / figs[one, r]["requests"])
+            / (figs[REFERENCE_PATH, r]["cpu"] / figs[REFERENCE_PATH, r]["requests"])
+            for r in rounds
+        ]
+        print(
+            f"\nthis checkout against the reference ({a.reference_src}), same run: CPU per request "
+            f"{cpu_per_request(one) / cpu_per_request(REFERENCE_PATH):.3f}x (per round: "
+            + ", ".join(f"{x:.3f}x" for x in per_round)
+            + f"), TTFT added p99 {added(one, 'ttft_p99'):+.1f} against {added(REFERENCE_PATH, 'ttft_p99'):+.1f} ms"
         )
     why_not = latency_judged(a.cpus, cores)
     print(

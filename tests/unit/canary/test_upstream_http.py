@@ -171,6 +171,36 @@ async def test_a_body_cut_off_mid_chunk_raises_upstream_closed_and_keeps_what_ar
     assert got == b"hellopart" and b"".join(d for _, d in res.pieces) == b"hellopart"
 
 
+async def test_several_whole_chunks_in_one_read_and_a_chunk_split_across_reads_decode_as_sent() -> None:
+    """A proxy that falls behind reads several chunks at once: each read's payload is its chunks' payloads, in
+    order, whether the read ends on a chunk's end or inside one (inside its data, its CRLF or its size line)."""
+    payloads = [b"data: %d\n\n" % i for i in range(12)]
+    wire = chunked(payloads)
+    first = wire.index(b"data: 3") + 4  # chunks 0-2 whole, then the start of chunk 3's data
+    second = wire.index(b"data: 7") + len(payloads[7]) + 1  # between chunk 7's CR and LF
+    third = wire.index(b"\r\n", wire.index(b"data: 10")) + 3  # chunk 10 whole and "a" of chunk 11's size
+    reads = [wire[:first], wire[first:second], wire[second:third], wire[third:]]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in reads:
+            await writer.drain()
+            await asyncio.sleep(0.02)  # separate reads at the client
+            writer.write(piece)
+        await writer.drain()
+        await reader.read()
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        status, body, res = await fetch(client, url)
+        await client.close()
+    assert status == 200 and body == b"".join(payloads)
+    got = [d for _, d in res.pieces]
+    assert got[0] == b"".join(payloads[:3]) + payloads[3][:4], got
+    assert b"".join(got) == body and len(got) == 4
+
+
 @pytest.mark.parametrize(
     ("wire", "match"),
     [
@@ -178,6 +208,7 @@ async def test_a_body_cut_off_mid_chunk_raises_upstream_closed_and_keeps_what_ar
         (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header line"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n", "Content-Length is not a number"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not a chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nx\r\n", "not a chunk size"),
     ],
 )
 async def test_a_malformed_response_is_a_protocol_error(wire: bytes, match: str) -> None:
@@ -211,3 +242,49 @@ def test_the_request_head_names_the_upstream_host_and_the_body_length() -> None:
         b"X-Request-Id: r1\r\nContent-Length: 17\r\n\r\n"
     )
     assert b"Content-Length" not in request_head("GET", "/v1/models", "h:1", CIMultiDict(), 0)
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"])
+async def test_no_first_byte_within_the_timeout_is_a_timeout_and_closes_the_connection(answer: bytes) -> None:
+    """No head, or a head and no body: past ``first_byte_timeout_s`` the request (or the read) raises TimeoutError
+    and the server sees the connection close."""
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()  # returns at the client's close
+        closed.set()
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        res = StreamResult()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError, match="no response within 0.2 s"):
+            resp = await client.request("POST", url + "/x", CIMultiDict(), b"{}", res, 0.0, 0.2)
+            await resp.read()
+        waited = asyncio.get_running_loop().time() - started
+        await asyncio.wait_for(closed.wait(), 5)
+        await client.close()
+    assert waited >= 0.2 and res.pieces == []
+
+
+async def test_the_timeout_ends_at_the_first_byte_of_the_body() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"2\r\nab\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.5)  # well past the timeout, after the first byte
+        writer.write(b"2\r\ncd\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        res = StreamResult()
+        resp = await client.request("POST", url + "/x", CIMultiDict(), b"{}", res, 0.0, 0.2)
+        body = await resp.read_all()
+        resp.close()
+        await client.close()
+    assert body == b"abcd"

@@ -323,16 +323,19 @@ class CanaryProxy:
         upstream: UpstreamResponse | None = None
         try:
             try:
-                async with asyncio.timeout(self.first_byte_timeout_s):
-                    url = attempt.server.base_url + send.path
-                    # No session timeout: the first-byte timeout is the proxy's; a stream may rightly run for minutes.
-                    upstream = await self._client.request(send.method, url, send.headers, send.body, res, sent_at)
-                    res.http_status = upstream.status
-                    if upstream.status >= 500 and retry:
+                url = attempt.server.base_url + send.path
+                # The first-byte timeout runs from here to the body's first byte (the client's own timer); a stream
+                # may rightly run for minutes after it.
+                upstream = await self._client.request(
+                    send.method, url, send.headers, send.body, res, sent_at, self.first_byte_timeout_s
+                )
+                res.http_status = upstream.status
+                if upstream.status >= 500 and retry:
+                    async with asyncio.timeout(self.first_byte_timeout_s):
                         await upstream.read_all()
-                        text = b"".join(d for _, d in res.pieces)[:500].decode("utf-8", errors="replace")
-                        raise _BeforeFirstByte(f"HTTP {upstream.status}: {text}", upstream.status)
-                    first = await upstream.read()
+                    text = b"".join(d for _, d in res.pieces)[:500].decode("utf-8", errors="replace")
+                    raise _BeforeFirstByte(f"HTTP {upstream.status}: {text}", upstream.status)
+                first = await upstream.read()
             except TimeoutError as exc:
                 raise _BeforeFirstByte(f"no response within {self.first_byte_timeout_s:g} s", 504) from exc
             except OSError as exc:
