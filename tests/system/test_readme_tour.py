@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from specguard.vllm.process import log_tail
+
 ROOT = Path(__file__).resolve().parents[2]
 TOUR_PORTS = (8000, 8001, 8080, 8081)  # the two servers, the canary's proxy and its admin API
 
@@ -41,8 +43,8 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def tails(directory: Path, chars: int = 1500) -> str:
-    return "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-chars:]}" for p in sorted(directory.glob("*.log")))
+def tails(directory: Path) -> str:
+    return "".join(f"\n--- {p.name}:\n{log_tail(p, 25)}" for p in sorted(directory.glob("*.log")))
 
 
 @pytest.mark.vllm

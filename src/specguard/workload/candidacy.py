@@ -53,7 +53,7 @@ def decide_candidacy(
     best_method: str | None,
     best_config: dict[str, Any] | None,
     *,
-    replayed: int = 0,
+    replayed: int,
 ) -> Candidacy:
     """The segment's verdict and its reasons; ``replayed`` is how many of its requests had a response to replay."""
     reasons: list[str] = []

@@ -124,7 +124,7 @@ def test_profile_rates_concurrency_and_mix() -> None:
     ],
 )
 def test_candidacy_rules(reduction, hot, load, verdict) -> None:  # type: ignore[no-untyped-def]
-    c = decide_candidacy(reduction, hot, load, "ngram", {"method": "ngram"})
+    c = decide_candidacy(reduction, hot, load, "ngram", {"method": "ngram"}, replayed=20)
     assert c.verdict == verdict and c.reasons
     assert (c.config is not None) == (verdict == "candidate")
 

@@ -66,8 +66,10 @@ class ProxyMetrics:
         self.control_weight = Gauge("specguard_canary_control_weight", "Control share of new requests", registry=r)
         self.step = Gauge("specguard_canary_step", "The rollout step (0-based)", registry=r)
         self.decisions = Counter("specguard_canary_decisions", "Controller decisions by kind", ("kind",), registry=r)
-        for pool in POOLS:
-            self.in_flight.labels(pool=pool).set(0)
+        # The children kept: labels() takes a lock and builds its key on every call, twice per request here.
+        self.in_flight_of = {pool: self.in_flight.labels(pool=pool) for pool in POOLS}
+        for child in self.in_flight_of.values():
+            child.set(0)
         self._children: dict[tuple[str, str], _Children] = {}
 
     def observe(self, record: ProxiedRequest) -> None:

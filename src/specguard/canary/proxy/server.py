@@ -225,14 +225,14 @@ class CanaryProxy:
                 index = lo.acquire()
         server = self.pools[pool][index]
         self._server_in_flight[server.base_url] += 1
-        self.metrics.in_flight.labels(pool=pool).inc()
+        self.metrics.in_flight_of[pool].inc()
         return index
 
     def _release(self, pool: PoolName, index: int) -> None:
         if self.split.balance == "least_outstanding":
             self._lo[pool].release(index)
         self._server_in_flight[self.pools[pool][index].base_url] -= 1
-        self.metrics.in_flight.labels(pool=pool).dec()
+        self.metrics.in_flight_of[pool].dec()
 
     def _begin(self) -> None:
         self._handling += 1
