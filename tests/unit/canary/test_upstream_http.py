@@ -47,6 +47,25 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(length)
 
 
+async def fetch_written_in_reads(pieces: list[bytes], gap_s: float) -> tuple[int, bytes, StreamResult]:
+    """What a client fetches from a server that writes ``pieces`` one by one, ``gap_s`` apart (separate reads)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+        await reader.read()
+
+    async with raw_server(handler) as (url, _):
+        client = UpstreamClient()
+        try:
+            return await fetch(client, url)
+        finally:
+            await client.close()
+
+
 def chunked(payloads: list[bytes]) -> bytes:
     return b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in payloads) + b"0\r\n\r\n"
 
@@ -75,19 +94,7 @@ async def _chunked_bodies(seed: int) -> None:
     payloads = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) for _ in range(40)]
     wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(payloads)
     cuts = sorted(rng.sample(range(1, len(wire)), 60))
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        for a, b in zip([0, *cuts], [*cuts, len(wire)]):
-            writer.write(wire[a:b])
-            await writer.drain()
-            await asyncio.sleep(0.001)  # separate reads at the client
-        await reader.read()
-
-    async with raw_server(handler) as (url, _):
-        client = UpstreamClient()
-        status, body, res = await fetch(client, url)
-        await client.close()
+    status, body, res = await fetch_written_in_reads([wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)])], 0.001)
     assert status == 200 and body == b"".join(payloads)
     assert b"".join(d for _, d in res.pieces) == body and len(res.pieces) > 1
     assert all(b >= a for (a, _), (b, _) in zip(res.pieces, res.pieces[1:])), "stamps in arrival order"
@@ -99,19 +106,7 @@ async def test_one_chunk_per_read_and_chunk_extensions_decode_alike() -> None:
     pieces += [b"%x\r\n%b\r\n" % (len(p), p) for p in payloads[:10]]  # the fast path: one whole chunk a read
     pieces += [b"%x;name=value\r\n%b\r\n" % (len(p), p) for p in payloads[10:]]  # with an extension
     pieces.append(b"0\r\n\r\n")
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        for piece in pieces:
-            writer.write(piece)
-            await writer.drain()
-            await asyncio.sleep(0.002)
-        await reader.read()
-
-    async with raw_server(handler) as (url, _):
-        client = UpstreamClient()
-        status, body, res = await fetch(client, url)
-        await client.close()
+    status, body, res = await fetch_written_in_reads(pieces, 0.002)
     assert status == 200 and body == b"".join(payloads)
     assert [d for _, d in res.pieces][:10] == payloads[:10], "one piece per read, as it arrived"
 
@@ -180,21 +175,8 @@ async def test_several_whole_chunks_in_one_read_and_a_chunk_split_across_reads_d
     second = wire.index(b"data: 7") + len(payloads[7]) + 1  # between chunk 7's CR and LF
     third = wire.index(b"\r\n", wire.index(b"data: 10")) + 3  # chunk 10 whole and "a" of chunk 11's size
     reads = [wire[:first], wire[first:second], wire[second:third], wire[third:]]
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for piece in reads:
-            await writer.drain()
-            await asyncio.sleep(0.02)  # separate reads at the client
-            writer.write(piece)
-        await writer.drain()
-        await reader.read()
-
-    async with raw_server(handler) as (url, _):
-        client = UpstreamClient()
-        status, body, res = await fetch(client, url)
-        await client.close()
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    status, body, res = await fetch_written_in_reads([head, *reads], 0.02)
     assert status == 200 and body == b"".join(payloads)
     got = [d for _, d in res.pieces]
     assert got[0] == b"".join(payloads[:3]) + payloads[3][:4], got

@@ -407,14 +407,14 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def begin(
-        self, res: StreamResult, sent_at: float, no_body: bool, first_byte_timeout_s: float | None, spent_s: float
+        self, res: StreamResult, sent_at: float, no_body: bool, first_byte_timeout_s: float | None, deadline: float | None
     ) -> asyncio.Future[UpstreamResponse]:
-        """A request is being sent; ``spent_s`` of ``first_byte_timeout_s`` went to connecting."""
+        """A request is being sent; its first byte is due by ``deadline`` (``time.monotonic()``; None: no limit)."""
         self.res = res
         self.sent_at = sent_at
         self.no_body = no_body
-        if first_byte_timeout_s is not None:
-            left = max(0.0, first_byte_timeout_s - spent_s)
+        if first_byte_timeout_s is not None and deadline is not None:
+            left = max(0.0, deadline - time.monotonic())
             self._deadline = self._loop.call_later(left, self._first_byte_late, first_byte_timeout_s)
         self._head_future = self._loop.create_future()
         return self._head_future
@@ -481,19 +481,16 @@ class UpstreamClient:
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         key = (parts.scheme, parts.hostname, port)
+        deadline = None if first_byte_timeout_s is None else time.monotonic() + first_byte_timeout_s
         conn = self._take(key)
         if conn is None:
             loop = asyncio.get_running_loop()
             context = self._tls() if tls else None
-            started = loop.time()
             async with asyncio.timeout(first_byte_timeout_s):
                 _, conn = await loop.create_connection(lambda: _Connection(self, key), parts.hostname, port, ssl=context)
             self._all.add(conn)
-            connecting_s = loop.time() - started
-        else:
-            connecting_s = 0.0
         path = parts.path + (f"?{parts.query}" if parts.query else "")
-        head_future = conn.begin(res, sent_at, method == "HEAD", first_byte_timeout_s, connecting_s)
+        head_future = conn.begin(res, sent_at, method == "HEAD", first_byte_timeout_s, deadline)
         assert conn.transport is not None
         conn.transport.write(request_head(method, path or "/", parts.netloc, headers, len(body)) + body)
         try:
